@@ -1,0 +1,3 @@
+from gpustack.cli import main
+
+main()

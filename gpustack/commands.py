@@ -1,0 +1,115 @@
+"""What each CLI command does, given parsed arguments; returns the exit code."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpustack import doctor, output
+from gpustack.errors import BadInput, ExitCode
+from gpustack.extravars import parse_extra_vars
+from gpustack.inventory import load_inventory
+from gpustack.results import RunResult
+
+OUTPUTS = ("text", "json")
+
+
+@dataclass
+class HostOptions:
+    """Options shared by every command that runs on hosts."""
+
+    inventory: str
+    limit: str | None = None
+    extra_vars: list[str] = field(default_factory=list)
+    tags: str = ""
+    skip_tags: str = ""
+    kubeconfig: str | None = None
+    output: str = "text"
+    report: str | None = None
+    verbose: int = 0
+
+
+def _validate(opts: HostOptions):
+    """All input checks happen here, before anything runs on a host."""
+    if opts.output not in OUTPUTS:
+        raise BadInput(f"unknown --output {opts.output!r}", "use --output text or --output json")
+    extravars = parse_extra_vars(opts.extra_vars)
+    inventory = load_inventory(opts.inventory, opts.limit)
+    kubeconfig = opts.kubeconfig or os.environ.get("KUBECONFIG")
+    if opts.kubeconfig and not Path(opts.kubeconfig).expanduser().is_file():
+        raise BadInput(f"kubeconfig {opts.kubeconfig} does not exist",
+                       "pass the path of a kubeconfig file, or leave --kubeconfig out")
+    return inventory, extravars, kubeconfig
+
+
+def _run(opts: HostOptions, playbook: str, title: str, check=False, diff=False) -> tuple:
+    from gpustack import runner  # ansible-runner is imported only when hosts are contacted
+
+    inventory, extravars, kubeconfig = _validate(opts)
+    spec = runner.build_run_spec(playbook, inventory, extravars, tags=opts.tags,
+                                 skip_tags=opts.skip_tags, check=check, diff=diff,
+                                 verbosity=opts.verbose)
+    with output.LiveProgress(title, opts.verbose) as progress:
+        result = runner.run_playbook(spec, on_update=progress.update)
+    return result, inventory, extravars, kubeconfig
+
+
+def _finish(command: str, opts: HostOptions, result: RunResult, extra=None, text=None) -> int:
+    doc = output.run_document(command, result, extra)
+    output.write_report(opts.report, doc)
+    if opts.output == "json":
+        output.print_json(doc)
+    elif text:
+        text()
+    else:
+        output.print_run(result, opts.verbose)
+    return int(result.exit_code)
+
+
+def install(opts: HostOptions, check: bool = False, diff: bool = False) -> int:
+    result, _, _, kubeconfig = _run(opts, "site.yml", "gpustack install", check, diff)
+    extra = {"check_mode": check}
+    if kubeconfig:
+        output.stderr.print("Note: the Kubernetes side of install is not implemented yet; "
+                            "only the host stack was handled.")
+        extra["kubernetes"] = "not implemented yet"
+    return _finish("install", opts, result, extra)
+
+
+def plan(opts: HostOptions) -> int:
+    result, *_ = _run(opts, "site.yml", "gpustack plan (check mode)", check=True, diff=True)
+    return _finish("plan", opts, result, {"check_mode": True},
+                   text=lambda: (output.print_changes(result, opts.verbose),
+                                 output.print_run(result, opts.verbose)))
+
+
+def doctor_cmd(opts: HostOptions) -> int:
+    result, _, extravars, _ = _run(opts, "preflight.yml", "gpustack doctor")
+    require_gpu = str(extravars.get("gpustack_require_gpu", "false")).lower() in ("1", "true",
+                                                                                   "yes")
+    problems = [p for name, host in result.hosts.items() if not host.unreachable
+                for p in doctor.find_problems(name, host.facts, require_gpu)]
+    extra = {"problems": [p.__dict__ for p in problems]}
+    code = _finish("doctor", opts, result, extra,
+                   text=lambda: (output.print_fleet(result, problems),
+                                 _print_unreachable(result)))
+    if code == ExitCode.OK and any(p.severity == "error" for p in problems):
+        return int(ExitCode.VERIFY_FAILED)
+    return code
+
+
+def status(opts: HostOptions) -> int:
+    result, *_ = _run(opts, "preflight.yml", "gpustack status")
+    return _finish("status", opts, result,
+                   text=lambda: (output.print_fleet(result, None), _print_unreachable(result)))
+
+
+def _print_unreachable(result: RunResult) -> None:
+    for host in result.hosts.values():
+        if host.unreachable:
+            output.stdout.print(f"[red]unreachable[/] {host.name}: {host.unreachable_message}")
+        for failure in host.failures:
+            output.stdout.print(f"[red]failed[/] {host.name}: {failure.task}: {failure.message}")
+    if result.exit_code:
+        output.stderr.print(f"Artifacts of this run: {result.artifacts_dir}")

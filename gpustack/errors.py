@@ -1,0 +1,50 @@
+"""One error model for every command: a message, a hint and a documented exit code."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Exit codes documented in the README."""
+
+    OK = 0
+    HOST_FAILED = 1
+    BAD_INPUT = 2
+    VERIFY_FAILED = 3
+    UNREACHABLE = 4
+    DRIFT = 5
+    CANCELED = 130
+
+
+class GpustackError(Exception):
+    """A predictable failure: printed as `Error:` + `Hint:`, never as a traceback."""
+
+    exit_code: ExitCode = ExitCode.HOST_FAILED
+
+    def __init__(self, message: str, hint: str = "", exit_code: ExitCode | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class BadInput(GpustackError):
+    """The user's input is wrong; nothing has been run on any host."""
+
+    exit_code = ExitCode.BAD_INPUT
+
+
+class NotImplementedYet(BadInput):
+    """A subcommand whose implementation has not landed yet."""
+
+    def __init__(self, command: str, issue: int):
+        super().__init__(
+            f"`gpustack {command}` is not implemented yet",
+            f"it is planned (issue {issue}); `gpustack doctor` and `gpustack install` work today",
+        )
+
+
+class LabError(GpustackError):
+    """The local podman lab could not be brought up or down."""

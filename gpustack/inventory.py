@@ -1,0 +1,107 @@
+"""Read the user's inventory with Ansible's own loader and pick the target hosts."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpustack.errors import BadInput
+
+TARGET_GROUP = "gpu_nodes"
+_ENABLED_PLUGINS = ("ini", "yaml")
+_PARSE_HINT = "check the INI/YAML syntax; `ansible-inventory -i PATH --graph` shows Ansible's view"
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """The hosts a command will act on, in inventory order, with their variables."""
+
+    path: Path
+    target_group: str
+    hosts: list[str]
+    hostvars: dict[str, dict[str, Any]] = field(default_factory=dict, compare=False)
+
+
+def _ansible_inventory_manager(path: Path):
+    """Build an InventoryManager restricted to the INI and YAML plugins; quiet on stderr."""
+    os.environ.setdefault("ANSIBLE_INVENTORY_ENABLED", ",".join(_ENABLED_PLUGINS))
+    from ansible import constants as C
+    from ansible.errors import AnsibleError
+    from ansible.inventory.manager import InventoryManager
+    from ansible.parsing.dataloader import DataLoader
+
+    C.INVENTORY_ENABLED = list(_ENABLED_PLUGINS)
+    C.INVENTORY_UNPARSED_IS_FAILED = True
+    warnings = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(warnings):
+            return InventoryManager(loader=DataLoader(), sources=[str(path)])
+    except AnsibleError:
+        raise BadInput(f"cannot parse inventory {path}: {_parse_cause(path)}", _PARSE_HINT) from None
+
+
+def _parse_cause(path: Path) -> str:
+    """Ask the plugin that should have read the file why it could not (one line)."""
+    from ansible.inventory.data import InventoryData
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.plugins.loader import inventory_loader
+
+    if path.is_dir():
+        return "no file in this directory is a valid INI or YAML inventory"
+    name = "yaml" if path.suffix in (".yml", ".yaml", ".json") else "ini"
+    plugin = inventory_loader.get(name)
+    try:
+        plugin.parse(InventoryData(), DataLoader(), str(path), cache=False)
+    except Exception as exc:  # the plugin's own message is what the user needs
+        text = getattr(exc, "message", None) or str(exc)
+        return " ".join(str(text).split())
+    return "not an INI or YAML inventory"
+
+
+def load_inventory(path: str | Path, limit: str | None = None) -> Inventory:
+    """Load `path`, target `gpu_nodes` when present (else all hosts), apply `--limit`."""
+    inv_path = Path(path).expanduser().resolve()
+    if not inv_path.exists():
+        raise BadInput(
+            f"inventory {path} does not exist",
+            "pass the path of an Ansible INI or YAML inventory (e.g. one from `gpustack lab up`)",
+        )
+    if not os.access(inv_path, os.R_OK) or (inv_path.is_file() and not _readable(inv_path)):
+        raise BadInput(f"inventory {path} is not readable", "check the file's permissions")
+
+    manager = _ansible_inventory_manager(inv_path)
+    group = TARGET_GROUP if TARGET_GROUP in manager.groups else "all"
+    hosts = [h.name for h in manager.get_hosts(group)]
+    if not hosts:
+        where = f"group {group}" if group != "all" else "it"
+        raise BadInput(
+            f"inventory {path} has no hosts in {where}",
+            f"add hosts under [{TARGET_GROUP}], or remove that group to target every host"
+            if group == TARGET_GROUP
+            else f"add hosts, ideally under a [{TARGET_GROUP}] group",
+        )
+    if limit:
+        manager.subset(limit)
+        limited = {h.name for h in manager.get_hosts(group)}
+        chosen = [h for h in hosts if h in limited]
+        if not chosen:
+            raise BadInput(
+                f"--limit {limit!r} matches no host in {group}",
+                f"hosts in {group}: {', '.join(hosts[:10])}{' …' if len(hosts) > 10 else ''}",
+            )
+        hosts = chosen
+    hostvars = {h: dict(manager.get_host(h).get_vars()) for h in hosts}
+    return Inventory(path=inv_path, target_group=group, hosts=hosts, hostvars=hostvars)
+
+
+def _readable(path: Path) -> bool:
+    try:
+        with path.open("rb") as fh:
+            fh.read(1)
+    except OSError:
+        return False
+    return True

@@ -1,0 +1,219 @@
+"""Everything users see: live progress, result tables, JSON documents, errors."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+
+from gpustack import doctor
+from gpustack.errors import BadInput, GpustackError
+from gpustack.results import RunResult, RunTracker, host_to_dict
+
+
+def _console(stderr: bool = False) -> Console:
+    probe = Console(stderr=stderr)
+    # Pipes and CI logs get wide tables rather than 80 folded columns.
+    return Console(stderr=stderr, highlight=False, width=None if probe.is_terminal else 200)
+
+
+stdout = _console()
+stderr = _console(stderr=True)
+
+
+def print_error(error: GpustackError) -> None:
+    stderr.print(f"[bold red]Error:[/] {escape(error.message)}")
+    if error.hint:
+        stderr.print(f"[bold]Hint:[/] {escape(error.hint)}")
+
+
+class LiveProgress:
+    """One line per host: current role/task and ok/changed/failed counts (on stderr)."""
+
+    def __init__(self, title: str, verbose: int = 0):
+        self.title = title
+        self.verbose = verbose
+        self.live: Live | None = None
+        if stderr.is_terminal:
+            self.live = Live(console=stderr, refresh_per_second=8, transient=True)
+
+    def __enter__(self) -> LiveProgress:
+        if self.live:
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.live:
+            self.live.__exit__(*exc)
+
+    def update(self, tracker: RunTracker, event: dict) -> None:
+        if self.verbose:
+            self._log(event)
+        if self.live:
+            self.live.update(self._table(tracker))
+
+    def _table(self, tracker: RunTracker) -> Table:
+        table = Table(title=self.title, title_justify="left", box=None)
+        for col in ("host", "role / task", "ok", "changed", "failed"):
+            table.add_column(col)
+        for host in tracker.hosts.values():
+            task = f"{host.current_role} : {host.current_task}" if host.current_role else (
+                host.current_task or "waiting")
+            if host.unreachable:
+                task = "[red]unreachable[/]"
+            table.add_row(host.name, escape(task) if not host.unreachable else task,
+                          str(host.ok), str(host.changed), str(host.failed))
+        return table
+
+    def _log(self, event: dict) -> None:
+        data = event.get("event_data") or {}
+        kind = event.get("event", "")
+        if kind in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable",
+                    "runner_on_skipped"):
+            state = kind.removeprefix("runner_on_")
+            if state == "ok" and (data.get("res") or {}).get("changed"):
+                state = "changed"
+            stderr.print(f"{escape(data.get('host', ''))} | {escape(data.get('task', ''))}"
+                         f" | {state}")
+
+
+def run_document(command: str, result: RunResult, extra: dict[str, Any] | None = None
+                 ) -> dict[str, Any]:
+    doc = {
+        "command": command,
+        "status": result.status,
+        "exit_code": int(result.exit_code),
+        "artifacts": result.artifacts_dir,
+        "hosts": {name: host_to_dict(h) for name, h in result.hosts.items()},
+        "summary": result.summary(),
+    }
+    doc.update(extra or {})
+    return doc
+
+
+def write_report(path: str | None, doc: dict[str, Any]) -> None:
+    if not path:
+        return
+    target = Path(path).expanduser()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n",
+                          encoding="utf-8")
+    except OSError as exc:
+        raise BadInput(f"cannot write report {path}: {exc.strerror}",
+                       "choose a writable path for --report") from None
+
+
+def print_json(doc: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def print_run(result: RunResult, verbose: int = 0) -> None:
+    table = Table(box=None, pad_edge=False)
+    for col in ("host", "status", "ok", "changed", "failed", "skipped", "note"):
+        table.add_column(col)
+    colour = {"ok": "green", "changed": "yellow", "failed": "red", "unreachable": "red"}
+    for host in result.hosts.values():
+        note = ""
+        if host.unreachable:
+            note = host.unreachable_message
+        elif host.failures:
+            first = host.failures[0]
+            note = f"{first.task}: {first.message}"
+        status = host.status
+        table.add_row(host.name, f"[{colour.get(status, 'white')}]{status}[/]", str(host.ok),
+                      str(host.changed), str(host.failed), str(host.skipped),
+                      escape(_one_line(note, 160 if not verbose else 2000)))
+    stdout.print(table)
+    if verbose:
+        for host in result.hosts.values():
+            for failure in host.failures:
+                stdout.print(f"[red]{escape(host.name)}[/] {escape(failure.role)} : "
+                             f"{escape(failure.task)}\n  {escape(failure.message)}")
+    summary = result.summary()
+    stdout.print(f"{summary['hosts']} hosts: {summary['ok']} ok, {summary['failed']} failed, "
+                 f"{summary['unreachable']} unreachable, {summary['changed']} changes")
+    if result.exit_code:
+        stderr.print(f"Artifacts of this run: {result.artifacts_dir}")
+
+
+def print_changes(result: RunResult, verbose: int = 0) -> None:
+    """For `plan`: what would change, per host."""
+    for host in result.hosts.values():
+        if not host.changes:
+            stdout.print(f"{escape(host.name)}: no changes")
+            continue
+        stdout.print(f"{escape(host.name)}: {len(host.changes)} change(s)")
+        for change in host.changes:
+            stdout.print(f"  ~ {escape(change.role)} : {escape(change.task)}")
+            if verbose:
+                for diff in change.diff:
+                    text = diff.get("prepared") or _before_after(diff)
+                    if text:
+                        stdout.print(escape(text))
+
+
+def _before_after(diff: dict[str, Any]) -> str:
+    if "before" in diff or "after" in diff:
+        return (f"    --- {diff.get('before_header', 'before')}\n    {diff.get('before', '')}\n"
+                f"    +++ {diff.get('after_header', 'after')}\n    {diff.get('after', '')}")
+    return ""
+
+
+def print_fleet(result: RunResult, problems: list[doctor.Problem] | None) -> None:
+    table = Table(box=None, pad_edge=False)
+    for col in ("host", "os", "kernel", "arch", "gpus", "nvswitch", "secure boot", "nouveau",
+                "headers", "driver", "runtime", "kubelet"):
+        table.add_column(col)
+    for host in result.hosts.values():
+        pf = doctor.preflight(host.facts)
+        if not pf:
+            table.add_row(host.name, f"[red]{host.status}[/]", *[""] * 10)
+            continue
+        headers = pf.get("kernel_headers") or {}
+        table.add_row(
+            host.name,
+            _os_label(pf.get("os") or {}),
+            pf.get("kernel", "?"),
+            pf.get("arch", "?"),
+            doctor.gpu_summary(pf),
+            "yes" if (pf.get("nvswitch") or {}).get("present") else "no",
+            pf.get("secure_boot", "?"),
+            "loaded" if pf.get("nouveau_loaded") else "no",
+            _headers_label(headers),
+            doctor.driver_state(pf),
+            doctor.runtime_summary(pf),
+            "yes" if (pf.get("kubelet") or {}).get("present") else "no",
+        )
+    stdout.print(table)
+    if problems is None:
+        return
+    if problems:
+        stdout.print("\nProblems:")
+        style = {"error": "red", "warning": "yellow", "info": "cyan"}
+        for p in problems:
+            stdout.print(f"  [{style[p.severity]}]{p.severity:7}[/] {escape(p.host)}: "
+                         f"{escape(p.message)}\n          Hint: {escape(p.hint)}")
+    else:
+        stdout.print("\nNo problems found.")
+
+
+def _headers_label(headers: dict[str, Any]) -> str:
+    if headers.get("installed"):
+        return "installed"
+    return {True: "available", None: "not installed"}.get(headers.get("available"), "missing")
+
+
+def _os_label(osinfo: dict[str, Any]) -> str:
+    return f"{osinfo.get('id', '?')} {osinfo.get('version_id') or osinfo.get('codename', '')}"
+
+
+def _one_line(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -1,0 +1,23 @@
+"""Where the Ansible content lives: in the wheel, or in the source checkout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def content_root() -> Path:
+    """Directory holding `playbooks/` and `roles/`."""
+    bundled = _PACKAGE_DIR / "_content"
+    if (bundled / "playbooks").is_dir():
+        return bundled
+    return _PACKAGE_DIR.parent
+
+
+def playbook(name: str) -> Path:
+    return content_root() / "playbooks" / name
+
+
+def roles_dir() -> Path:
+    return content_root() / "roles"

@@ -1,0 +1,158 @@
+"""The only module that talks to ansible-runner: run a playbook, stream its events, fold results.
+
+Events flow from ansible-runner's thread through a queue to the caller's thread, which feeds
+the RunTracker and the live display; nothing here parses ansible's stdout.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ansible_runner
+
+from gpustack import paths
+from gpustack.results import RunResult, RunTracker
+
+KEEP_RUNS = 20
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything one ansible-playbook run needs; built by `build_run_spec`, a pure function."""
+
+    playbook: Path
+    inventory: Path
+    target_group: str
+    hosts: list[str]
+    extravars: dict[str, Any] = field(default_factory=dict)
+    tags: str = ""
+    skip_tags: str = ""
+    check: bool = False
+    diff: bool = False
+    verbosity: int = 0
+
+    @property
+    def forks(self) -> int:
+        return max(5, min(50, len(self.hosts)))
+
+    def cmdline(self) -> str:
+        flags = []
+        if self.check:
+            flags.append("--check")
+        if self.diff:
+            flags.append("--diff")
+        return " ".join(flags)
+
+    def envvars(self) -> dict[str, str]:
+        return {
+            "ANSIBLE_ROLES_PATH": str(paths.roles_dir()),
+            "ANSIBLE_PIPELINING": "True",
+            "ANSIBLE_GATHERING": "explicit",
+            "ANSIBLE_INVENTORY_ENABLED": "ini,yaml",
+            "ANSIBLE_RETRY_FILES_ENABLED": "False",
+            "ANSIBLE_PYTHON_INTERPRETER": "auto_silent",
+            "ANSIBLE_DEPRECATION_WARNINGS": "False",
+            "ANSIBLE_SSH_ARGS": "-C -o ControlMaster=auto -o ControlPersist=120s",
+            "ANSIBLE_TIMEOUT": "20",
+            "ANSIBLE_FORCE_COLOR": "False",
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+
+
+def build_run_spec(playbook: str, inventory, extravars=None, *, tags="", skip_tags="",
+                   check=False, diff=False, verbosity=0) -> RunSpec:
+    """Pure: the run for `playbook` over an already validated Inventory."""
+    variables = {"gpustack_target": inventory.target_group, **(extravars or {})}
+    return RunSpec(
+        playbook=paths.playbook(playbook),
+        inventory=inventory.path,
+        target_group=inventory.target_group,
+        hosts=list(inventory.hosts),
+        extravars=variables,
+        tags=tags or "",
+        skip_tags=skip_tags or "",
+        check=check,
+        diff=diff,
+        verbosity=verbosity,
+    )
+
+
+def runs_dir() -> Path:
+    base = os.environ.get("GPUSTACK_STATE_DIR") or os.path.join(
+        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "gpustack")
+    return Path(base) / "runs"
+
+
+def _private_data_dir(playbook: Path) -> Path:
+    root = runs_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    old = sorted(p for p in root.iterdir() if p.is_dir())
+    for stale in old[:-KEEP_RUNS]:
+        shutil.rmtree(stale, ignore_errors=True)
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    run_dir = root / f"{stamp}-{os.getpid()}-{playbook.stem}"
+    (run_dir / "env").mkdir(parents=True, exist_ok=True)
+    return run_dir
+
+
+def run_playbook(spec: RunSpec, on_update: Callable[[RunTracker, dict], None] | None = None
+                 ) -> RunResult:
+    """Run `spec`; `on_update` is called on the caller's thread after each event."""
+    data_dir = _private_data_dir(spec.playbook)
+    limit_file = data_dir / "limit.txt"
+    limit_file.write_text("\n".join(spec.hosts) + "\n", encoding="utf-8")
+    events: queue.Queue[dict] = queue.Queue()
+    cancel = {"requested": False}
+
+    def handler(event: dict) -> bool:
+        events.put(event)
+        return True
+
+    thread, runner = ansible_runner.run_async(
+        private_data_dir=str(data_dir),
+        playbook=str(spec.playbook),
+        inventory=str(spec.inventory),
+        limit=f"@{limit_file}",
+        extravars=spec.extravars,
+        tags=spec.tags or None,
+        skip_tags=spec.skip_tags or None,
+        cmdline=spec.cmdline() or None,
+        verbosity=spec.verbosity or None,
+        forks=spec.forks,
+        envvars=spec.envvars(),
+        quiet=True,
+        event_handler=handler,
+        cancel_callback=lambda: cancel["requested"],
+    )
+    tracker = RunTracker(spec.hosts)
+    while True:
+        try:
+            try:
+                event = events.get(timeout=0.1)
+            except queue.Empty:
+                if not thread.is_alive() and events.empty():
+                    break
+                continue
+            tracker.handle(event)
+            if on_update:
+                on_update(tracker, event)
+        except KeyboardInterrupt:
+            if cancel["requested"]:
+                raise
+            cancel["requested"] = True  # runner stops ansible-playbook at its next check
+    thread.join()
+    return RunResult(
+        playbook=spec.playbook.name,
+        status=runner.status,
+        rc=runner.rc if runner.rc is not None else -1,
+        artifacts_dir=str(runner.config.artifact_dir),
+        hosts=tracker.hosts,
+    )
