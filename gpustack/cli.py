@@ -22,29 +22,44 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-lab_app = typer.Typer(help="A local lab of podman systemd nodes (no GPUs) to try gpustack on.",
-                      no_args_is_help=True)
+lab_app = typer.Typer(
+    help="A local lab of podman systemd nodes (no GPUs) to try gpustack on.", no_args_is_help=True
+)
 app.add_typer(lab_app, name="lab")
 
-Inventory = Annotated[str, typer.Argument(help="Ansible inventory (INI or YAML).",
-                                          show_default=False)]
+Inventory = Annotated[
+    str, typer.Argument(help="Ansible inventory (INI or YAML).", show_default=False)
+]
 Limit = Annotated[str | None, typer.Option("--limit", "-l", help="Ansible host pattern.")]
-ExtraVars = Annotated[list[str] | None, typer.Option(
-    "--extra-vars", "-e", help="KEY=VALUE, @file.yml or a YAML mapping; repeatable.")]
+ExtraVars = Annotated[
+    list[str] | None,
+    typer.Option("--extra-vars", "-e", help="KEY=VALUE, @file.yml or a YAML mapping; repeatable."),
+]
 Tags = Annotated[str, typer.Option("--tags", "-t", help="Only tasks with these tags.")]
 SkipTags = Annotated[str, typer.Option("--skip-tags", help="Skip tasks with these tags.")]
-Kubeconfig = Annotated[str | None, typer.Option(
-    "--kubeconfig", help="Kubeconfig for the Kubernetes side (default: $KUBECONFIG).")]
+Kubeconfig = Annotated[
+    str | None,
+    typer.Option("--kubeconfig", help="Kubeconfig for the Kubernetes side (default: $KUBECONFIG)."),
+]
 Output = Annotated[str, typer.Option("--output", "-o", help="text or json.")]
-Report = Annotated[str | None, typer.Option("--report", help="Write a JSON report to FILE.",
-                                            metavar="FILE")]
+Report = Annotated[
+    str | None, typer.Option("--report", help="Write a JSON report to FILE.", metavar="FILE")
+]
 Verbose = Annotated[int, typer.Option("--verbose", "-v", count=True, help="More detail.")]
 
 
 def _opts(inventory, limit, extra_vars, tags, skip_tags, kubeconfig, output_, report, verbose):
-    return commands.HostOptions(inventory=inventory, limit=limit, extra_vars=extra_vars or [],
-                                tags=tags, skip_tags=skip_tags, kubeconfig=kubeconfig,
-                                output=output_, report=report, verbose=verbose)
+    return commands.HostOptions(
+        inventory=inventory,
+        limit=limit,
+        extra_vars=extra_vars or [],
+        tags=tags,
+        skip_tags=skip_tags,
+        kubeconfig=kubeconfig,
+        output=output_,
+        report=report,
+        verbose=verbose,
+    )
 
 
 def _exit(code: int) -> None:
@@ -52,41 +67,88 @@ def _exit(code: int) -> None:
 
 
 @app.command()
-def install(inventory: Inventory, check: Annotated[bool, typer.Option(
-        "--check", help="Change nothing; report what would change.")] = False,
-        diff: Annotated[bool, typer.Option("--diff", help="Show file differences.")] = False,
-        limit: Limit = None, extra_vars: ExtraVars = None, tags: Tags = "",
-        skip_tags: SkipTags = "", kubeconfig: Kubeconfig = None, output_: Output = "text",
-        report: Report = None, verbose: Verbose = 0) -> None:
+def install(
+    inventory: Inventory,
+    check: Annotated[
+        bool, typer.Option("--check", help="Change nothing; report what would change.")
+    ] = False,
+    diff: Annotated[bool, typer.Option("--diff", help="Show file differences.")] = False,
+    limit: Limit = None,
+    extra_vars: ExtraVars = None,
+    tags: Tags = "",
+    skip_tags: SkipTags = "",
+    kubeconfig: Kubeconfig = None,
+    output_: Output = "text",
+    report: Report = None,
+    verbose: Verbose = 0,
+) -> None:
     """Install the GPU host stack on every target host (preflight first)."""
-    _exit(commands.install(_opts(inventory, limit, extra_vars, tags, skip_tags, kubeconfig,
-                                 output_, report, verbose), check=check, diff=diff))
+    _exit(
+        commands.install(
+            _opts(
+                inventory, limit, extra_vars, tags, skip_tags, kubeconfig, output_, report, verbose
+            ),
+            check=check,
+            diff=diff,
+        )
+    )
 
 
 @app.command()
-def plan(inventory: Inventory, limit: Limit = None, extra_vars: ExtraVars = None,
-         tags: Tags = "", skip_tags: SkipTags = "", kubeconfig: Kubeconfig = None,
-         output_: Output = "text", report: Report = None, verbose: Verbose = 0) -> None:
+def plan(
+    inventory: Inventory,
+    limit: Limit = None,
+    extra_vars: ExtraVars = None,
+    tags: Tags = "",
+    skip_tags: SkipTags = "",
+    kubeconfig: Kubeconfig = None,
+    output_: Output = "text",
+    report: Report = None,
+    verbose: Verbose = 0,
+) -> None:
     """Show what install would change (check + diff); change nothing."""
-    _exit(commands.plan(_opts(inventory, limit, extra_vars, tags, skip_tags, kubeconfig,
-                              output_, report, verbose)))
+    _exit(
+        commands.plan(
+            _opts(
+                inventory, limit, extra_vars, tags, skip_tags, kubeconfig, output_, report, verbose
+            )
+        )
+    )
 
 
 @app.command()
-def doctor(inventory: Inventory, limit: Limit = None, extra_vars: ExtraVars = None,
-           output_: Output = "text", report: Report = None, verbose: Verbose = 0) -> None:
+def doctor(
+    inventory: Inventory,
+    limit: Limit = None,
+    extra_vars: ExtraVars = None,
+    output_: Output = "text",
+    report: Report = None,
+    verbose: Verbose = 0,
+) -> None:
     """Read every host (read-only) and list problems with hints."""
-    _exit(commands.doctor_cmd(_opts(inventory, limit, extra_vars, "", "", None, output_,
-                                    report, verbose)))
+    _exit(
+        commands.doctor_cmd(
+            _opts(inventory, limit, extra_vars, "", "", None, output_, report, verbose)
+        )
+    )
 
 
 @app.command()
-def status(inventory: Inventory, limit: Limit = None, extra_vars: ExtraVars = None,
-           kubeconfig: Kubeconfig = None, output_: Output = "text", report: Report = None,
-           verbose: Verbose = 0) -> None:
+def status(
+    inventory: Inventory,
+    limit: Limit = None,
+    extra_vars: ExtraVars = None,
+    kubeconfig: Kubeconfig = None,
+    output_: Output = "text",
+    report: Report = None,
+    verbose: Verbose = 0,
+) -> None:
     """One row per node: OS, GPUs, driver, runtime (read-only)."""
-    _exit(commands.status(_opts(inventory, limit, extra_vars, "", "", kubeconfig, output_,
-                                report, verbose)))
+    _exit(
+        commands.status(
+            _opts(inventory, limit, extra_vars, "", "", kubeconfig, output_, report, verbose)
+        )
+    )
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -114,13 +176,19 @@ def manifests(inventory: Inventory) -> None:
 
 
 @lab_app.command("up")
-def lab_up(name: Annotated[str, typer.Option("--name", help="Lab name.")] = "lab",
-           nodes: Annotated[int, typer.Option("--nodes", min=1, max=16)] = 2,
-           os_: Annotated[str, typer.Option("--os", help="debian12, debian13, forky; "
-                                             "comma-separated to mix (assigned in turn).")
-                          ] = "debian12",
-           inventory: Annotated[str | None, typer.Option(
-               "--inventory", help="Where to write the inventory.")] = None) -> None:
+def lab_up(
+    name: Annotated[str, typer.Option("--name", help="Lab name.")] = "lab",
+    nodes: Annotated[int, typer.Option("--nodes", min=1, max=16)] = 2,
+    os_: Annotated[
+        str,
+        typer.Option(
+            "--os", help="debian12, debian13, forky; comma-separated to mix (assigned in turn)."
+        ),
+    ] = "debian12",
+    inventory: Annotated[
+        str | None, typer.Option("--inventory", help="Where to write the inventory.")
+    ] = None,
+) -> None:
     """Start (or reuse) N podman systemd nodes reachable by SSH; write an inventory."""
     from gpustack import lab
 
@@ -129,9 +197,12 @@ def lab_up(name: Annotated[str, typer.Option("--name", help="Lab name.")] = "lab
 
 
 @lab_app.command("down")
-def lab_down(name: Annotated[str, typer.Option("--name", help="Lab name.")] = "lab",
-             images: Annotated[bool, typer.Option(
-                 "--images", help="Also remove the cached node images.")] = False) -> None:
+def lab_down(
+    name: Annotated[str, typer.Option("--name", help="Lab name.")] = "lab",
+    images: Annotated[
+        bool, typer.Option("--images", help="Also remove the cached node images.")
+    ] = False,
+) -> None:
     """Remove the lab's containers, key and inventory."""
     from gpustack import lab
 
@@ -149,8 +220,9 @@ def lab_list() -> None:
 
 
 @app.callback(invoke_without_command=True)
-def _root(version: Annotated[bool, typer.Option("--version", help="Print the version.")]
-          = False) -> None:
+def _root(
+    version: Annotated[bool, typer.Option("--version", help="Print the version.")] = False,
+) -> None:
     if version:
         output.stdout.print(f"gpustack {__version__}")
         raise typer.Exit(0)
@@ -168,8 +240,9 @@ def main(argv: list[str] | None = None) -> int:
         code = int(ExitCode.OK)
     except click_exceptions.UsageError as error:
         command = error.ctx.command_path if error.ctx else "gpustack"
-        output.print_error(GpustackError(error.format_message(),
-                                         f"see `{command} --help`", ExitCode.BAD_INPUT))
+        output.print_error(
+            GpustackError(error.format_message(), f"see `{command} --help`", ExitCode.BAD_INPUT)
+        )
         code = int(ExitCode.BAD_INPUT)
     except typer.Abort:
         output.stderr.print("Canceled.")

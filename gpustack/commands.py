@@ -38,8 +38,10 @@ def _validate(opts: HostOptions):
     inventory = load_inventory(opts.inventory, opts.limit)
     kubeconfig = opts.kubeconfig or os.environ.get("KUBECONFIG")
     if opts.kubeconfig and not Path(opts.kubeconfig).expanduser().is_file():
-        raise BadInput(f"kubeconfig {opts.kubeconfig} does not exist",
-                       "pass the path of a kubeconfig file, or leave --kubeconfig out")
+        raise BadInput(
+            f"kubeconfig {opts.kubeconfig} does not exist",
+            "pass the path of a kubeconfig file, or leave --kubeconfig out",
+        )
     return inventory, extravars, kubeconfig
 
 
@@ -47,9 +49,16 @@ def _run(opts: HostOptions, playbook: str, title: str, check=False, diff=False) 
     from gpustack import runner  # ansible-runner is imported only when hosts are contacted
 
     inventory, extravars, kubeconfig = _validate(opts)
-    spec = runner.build_run_spec(playbook, inventory, extravars, tags=opts.tags,
-                                 skip_tags=opts.skip_tags, check=check, diff=diff,
-                                 verbosity=opts.verbose)
+    spec = runner.build_run_spec(
+        playbook,
+        inventory,
+        extravars,
+        tags=opts.tags,
+        skip_tags=opts.skip_tags,
+        check=check,
+        diff=diff,
+        verbosity=opts.verbose,
+    )
     with output.LiveProgress(title, opts.verbose) as progress:
         result = runner.run_playbook(spec, on_update=progress.update)
     return result, inventory, extravars, kubeconfig
@@ -64,6 +73,8 @@ def _finish(command: str, opts: HostOptions, result: RunResult, extra=None, text
         text()
     else:
         output.print_run(result, opts.verbose)
+    if result.exit_code:
+        output.stderr.print(f"Artifacts of this run: {result.artifacts_dir}")
     return int(result.exit_code)
 
 
@@ -71,29 +82,49 @@ def install(opts: HostOptions, check: bool = False, diff: bool = False) -> int:
     result, _, _, kubeconfig = _run(opts, "site.yml", "gpustack install", check, diff)
     extra = {"check_mode": check}
     if kubeconfig:
-        output.stderr.print("Note: the Kubernetes side of install is not implemented yet; "
-                            "only the host stack was handled.")
+        output.stderr.print(
+            "Note: the Kubernetes side of install is not implemented yet; "
+            "only the host stack was handled."
+        )
         extra["kubernetes"] = "not implemented yet"
     return _finish("install", opts, result, extra)
 
 
 def plan(opts: HostOptions) -> int:
     result, *_ = _run(opts, "site.yml", "gpustack plan (check mode)", check=True, diff=True)
-    return _finish("plan", opts, result, {"check_mode": True},
-                   text=lambda: (output.print_changes(result, opts.verbose),
-                                 output.print_run(result, opts.verbose)))
+    return _finish(
+        "plan",
+        opts,
+        result,
+        {"check_mode": True},
+        text=lambda: (
+            output.print_changes(result, opts.verbose),
+            output.print_run(result, opts.verbose),
+        ),
+    )
 
 
 def doctor_cmd(opts: HostOptions) -> int:
     result, _, extravars, _ = _run(opts, "preflight.yml", "gpustack doctor")
-    require_gpu = str(extravars.get("gpustack_require_gpu", "false")).lower() in ("1", "true",
-                                                                                   "yes")
-    problems = [p for name, host in result.hosts.items() if not host.unreachable
-                for p in doctor.find_problems(name, host.facts, require_gpu)]
+    require_gpu = str(extravars.get("gpustack_require_gpu", "false")).lower() in (
+        "1",
+        "true",
+        "yes",
+    )
+    problems = [
+        p
+        for name, host in result.hosts.items()
+        if not host.unreachable
+        for p in doctor.find_problems(name, host.facts, require_gpu)
+    ]
     extra = {"problems": [p.__dict__ for p in problems]}
-    code = _finish("doctor", opts, result, extra,
-                   text=lambda: (output.print_fleet(result, problems),
-                                 _print_unreachable(result)))
+    code = _finish(
+        "doctor",
+        opts,
+        result,
+        extra,
+        text=lambda: (output.print_fleet(result, problems), _print_unreachable(result)),
+    )
     if code == ExitCode.OK and any(p.severity == "error" for p in problems):
         return int(ExitCode.VERIFY_FAILED)
     return code
@@ -101,8 +132,12 @@ def doctor_cmd(opts: HostOptions) -> int:
 
 def status(opts: HostOptions) -> int:
     result, *_ = _run(opts, "preflight.yml", "gpustack status")
-    return _finish("status", opts, result,
-                   text=lambda: (output.print_fleet(result, None), _print_unreachable(result)))
+    return _finish(
+        "status",
+        opts,
+        result,
+        text=lambda: (output.print_fleet(result, None), _print_unreachable(result)),
+    )
 
 
 def _print_unreachable(result: RunResult) -> None:
@@ -111,5 +146,3 @@ def _print_unreachable(result: RunResult) -> None:
             output.stdout.print(f"[red]unreachable[/] {host.name}: {host.unreachable_message}")
         for failure in host.failures:
             output.stdout.print(f"[red]failed[/] {host.name}: {failure.task}: {failure.message}")
-    if result.exit_code:
-        output.stderr.print(f"Artifacts of this run: {result.artifacts_dir}")

@@ -26,8 +26,9 @@ def gpu_summary(pf: dict[str, Any]) -> str:
         return "0"
     models: dict[str, int] = {}
     for dev in devices:
-        models[dev.get("model") or "NVIDIA GPU"] = models.get(dev.get("model") or "NVIDIA GPU",
-                                                               0) + 1
+        models[dev.get("model") or "NVIDIA GPU"] = (
+            models.get(dev.get("model") or "NVIDIA GPU", 0) + 1
+        )
     return ", ".join(f"{count}× {model}" for model, count in models.items())
 
 
@@ -64,8 +65,14 @@ def runtime_summary(pf: dict[str, Any]) -> str:
 def find_problems(host: str, facts: dict[str, Any], require_gpu: bool = False) -> list[Problem]:
     pf = preflight(facts)
     if not pf:
-        return [Problem(host, "error", "no preflight facts were gathered",
-                        "see the run's failure above; `-v` shows more")]
+        return [
+            Problem(
+                host,
+                "error",
+                "no preflight facts were gathered",
+                "see the run's failure above; `-v` shows more",
+            )
+        ]
     out: list[Problem] = []
 
     def add(severity: str, message: str, hint: str) -> None:
@@ -73,54 +80,93 @@ def find_problems(host: str, facts: dict[str, Any], require_gpu: bool = False) -
 
     osinfo = pf.get("os") or {}
     if osinfo.get("family") not in SUPPORTED_FAMILIES:
-        add("warning", f"unsupported OS {osinfo.get('pretty_name', '?')}",
-            "gpustack supports Debian, Ubuntu and RHEL-family hosts")
+        add(
+            "warning",
+            f"unsupported OS {osinfo.get('pretty_name', '?')}",
+            "gpustack supports Debian, Ubuntu and RHEL-family hosts",
+        )
     gpus = (pf.get("gpus") or {}).get("count", 0)
     installed = ((pf.get("driver") or {}).get("installed") or {}).get("version")
     if not gpus:
-        message = (f"driver installed, not loaded: no NVIDIA device (package {installed})"
-                   if installed else "no NVIDIA device (PCI vendor 10de) on this host")
-        add("error" if require_gpu else "warning", message,
+        message = (
+            f"driver installed, not loaded: no NVIDIA device (package {installed})"
+            if installed
+            else "no NVIDIA device (PCI vendor 10de) on this host"
+        )
+        add(
+            "error" if require_gpu else "warning",
+            message,
             "expected on lab or CPU nodes; set gpustack_require_gpu=true to make it fatal"
-            if not require_gpu else "check that the GPU is passed through to this machine")
+            if not require_gpu
+            else "check that the GPU is passed through to this machine",
+        )
     if pf.get("nouveau_loaded"):
-        add("warning", "the nouveau driver is loaded",
-            "gpustack install blacklists nouveau and rebuilds the initramfs; reboot afterwards")
+        add(
+            "warning",
+            "the nouveau driver is loaded",
+            "gpustack install blacklists nouveau and rebuilds the initramfs; reboot afterwards",
+        )
     if pf.get("secure_boot") == "enabled":
-        add("warning", "Secure Boot is enabled: unsigned NVIDIA modules will not load",
-            "use signed precompiled modules (Ubuntu linux-modules-nvidia-*) or enroll a MOK key")
+        add(
+            "warning",
+            "Secure Boot is enabled: unsigned NVIDIA modules will not load",
+            "use signed precompiled modules (Ubuntu linux-modules-nvidia-*) or enroll a MOK key",
+        )
     headers = pf.get("kernel_headers") or {}
     if not headers.get("installed"):
         if headers.get("available"):
-            add("info", f"kernel headers {headers.get('package')} are not installed",
-                "gpustack install installs them for DKMS")
+            add(
+                "info",
+                f"kernel headers {headers.get('package')} are not installed",
+                "gpustack install installs them for DKMS",
+            )
         elif headers.get("available") is None:
-            add("info", f"kernel headers {headers.get('package')} are not installed; "
+            add(
+                "info",
+                f"kernel headers {headers.get('package')} are not installed; "
                 "whether the package sources have them is unknown (no apt lists yet)",
-                "gpustack install refreshes the lists and installs them when they exist")
+                "gpustack install refreshes the lists and installs them when they exist",
+            )
         else:
-            add("warning",
+            add(
+                "warning",
                 f"no kernel headers for the running kernel {pf.get('kernel')} "
                 f"({headers.get('package')} is not installed and not in the package sources)",
                 "DKMS builds no NVIDIA module without them: boot a distribution kernel or "
-                "provide the headers package")
+                "provide the headers package",
+            )
     driver_phrase = driver_state(pf)
     if "reboot required" in driver_phrase:
-        add("warning", f"driver {driver_phrase}",
-            "reboot, or unload the nvidia modules when no GPU process runs")
+        add(
+            "warning",
+            f"driver {driver_phrase}",
+            "reboot, or unload the nvidia modules when no GPU process runs",
+        )
     if (pf.get("nvswitch") or {}).get("present"):
-        add("info", "NVSwitch present: nvidia-fabricmanager is needed at the driver's version",
-            "gpustack install adds it")
+        add(
+            "info",
+            "NVSwitch present: nvidia-fabricmanager is needed at the driver's version",
+            "gpustack install adds it",
+        )
     runtime = pf.get("runtime")
     if not runtime:
-        add("info", "no container runtime found",
-            "install containerd, Docker or CRI-O; gpustack wires the runtime it finds")
+        add(
+            "info",
+            "no container runtime found",
+            "install containerd, Docker or CRI-O; gpustack wires the runtime it finds",
+        )
     else:
         entry = next((r for r in pf.get("runtimes") or [] if r.get("kind") == runtime), {})
         if entry.get("active") is False:
-            add("warning", f"{runtime} is installed but not running",
-                f"start it: systemctl enable --now {runtime}")
+            add(
+                "warning",
+                f"{runtime} is installed but not running",
+                f"start it: systemctl enable --now {runtime}",
+            )
     if (pf.get("kubelet") or {}).get("present") and not runtime:
-        add("warning", "kubelet present but no container runtime",
-            "the kubelet needs a CRI runtime (containerd or CRI-O)")
+        add(
+            "warning",
+            "kubelet present but no container runtime",
+            "the kubelet needs a CRI runtime (containerd or CRI-O)",
+        )
     return out

@@ -30,7 +30,7 @@ def _parse_one(item: str) -> dict[str, Any]:
     if "=" not in text:
         raise BadInput(
             f"-e {item!r} is not KEY=VALUE",
-            "write -e KEY=VALUE (repeatable), -e @vars.yml, or -e '{\"key\": \"value\"}'",
+            'write -e KEY=VALUE (repeatable), -e @vars.yml, or -e \'{"key": "value"}\'',
         )
     key, value = text.split("=", 1)
     key = key.strip()
@@ -65,6 +65,7 @@ def _load_mapping(text: str, where: str) -> dict[str, Any]:
     if data is None:
         return {}
     if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
-        raise BadInput(f"{where}: not a mapping of variable names to values",
-                       "write it as `key: value` lines")
+        raise BadInput(
+            f"{where}: not a mapping of variable names to values", "write it as `key: value` lines"
+        )
     return data

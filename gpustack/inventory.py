@@ -41,7 +41,8 @@ def _ansible_inventory_manager(path: Path):
         with contextlib.redirect_stderr(warnings):
             return InventoryManager(loader=DataLoader(), sources=[str(path)])
     except AnsibleError:
-        raise BadInput(f"cannot parse inventory {path}: {_parse_cause(path)}", _PARSE_HINT) from None
+        cause = _parse_cause(path)
+        raise BadInput(f"cannot parse inventory {path}: {cause}", _PARSE_HINT) from None
 
 
 def _parse_cause(path: Path) -> str:
@@ -85,8 +86,9 @@ def load_inventory(path: str | Path, limit: str | None = None) -> Inventory:
             else f"add hosts, ideally under a [{TARGET_GROUP}] group",
         )
     if limit:
-        manager.subset(limit)
-        limited = {h.name for h in manager.get_hosts(group)}
+        with contextlib.redirect_stderr(io.StringIO()):  # ansible warns on unmatched patterns
+            manager.subset(limit)
+            limited = {h.name for h in manager.get_hosts(group)}
         chosen = [h for h in hosts if h in limited]
         if not chosen:
             raise BadInput(

@@ -23,8 +23,20 @@ from gpustack.errors import BadInput, LabError
 
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 SECURITY_MIRROR = "http://deb.debian.org/debian-security"
-PACKAGES = ["python3", "python3-apt", "systemd", "systemd-sysv", "dbus", "ca-certificates",
-            "gnupg", "kmod", "pciutils", "openssh-server", "sudo", "procps"]
+PACKAGES = [
+    "python3",
+    "python3-apt",
+    "systemd",
+    "systemd-sysv",
+    "dbus",
+    "ca-certificates",
+    "gnupg",
+    "kmod",
+    "pciutils",
+    "openssh-server",
+    "sudo",
+    "procps",
+]
 ULIMITS = ["--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]
 LABEL = "io.gpustack.lab"
 
@@ -58,13 +70,15 @@ class Node:
 
 def _home() -> Path:
     base = os.environ.get("GPUSTACK_LAB_HOME") or os.path.join(
-        os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "gpustack", "lab")
+        os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "gpustack", "lab"
+    )
     return Path(base)
 
 
 def _cache() -> Path:
     base = os.environ.get("GPUSTACK_LAB_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gpustack")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gpustack"
+    )
     return Path(base)
 
 
@@ -86,41 +100,53 @@ def parse_os_list(text: str) -> list[OsSpec]:
     names = [part.strip() for part in text.split(",") if part.strip()]
     unknown = [n for n in names if n not in OS_SPECS]
     if not names or unknown:
-        raise BadInput(f"unknown --os {', '.join(unknown) or text!r}",
-                       f"choose from {', '.join(OS_SPECS)} (comma-separated to mix)")
+        raise BadInput(
+            f"unknown --os {', '.join(unknown) or text!r}",
+            f"choose from {', '.join(OS_SPECS)} (comma-separated to mix)",
+        )
     return [OS_SPECS[n] for n in names]
 
 
-def _run(args: list[str], check: bool = True, input_: bytes | None = None,
-         timeout: float | None = None) -> subprocess.CompletedProcess:
+def _run(
+    args: list[str], check: bool = True, input_: bytes | None = None, timeout: float | None = None
+) -> subprocess.CompletedProcess:
     try:
         proc = subprocess.run(args, capture_output=True, input=input_, timeout=timeout)
     except FileNotFoundError:
-        raise LabError(f"{args[0]} is not installed",
-                       "apt-get install podman debootstrap openssh-client") from None
+        raise LabError(
+            f"{args[0]} is not installed", "apt-get install podman debootstrap openssh-client"
+        ) from None
     except subprocess.TimeoutExpired:
-        raise LabError(f"`{' '.join(args[:3])}` timed out", "retry; check the machine's load")
+        raise LabError(
+            f"`{' '.join(args[:3])}` timed out", "retry; check the machine's load"
+        ) from None
     if check and proc.returncode != 0:
         err = (proc.stderr or proc.stdout).decode(errors="replace").strip().splitlines()
-        raise LabError(f"`{' '.join(args[:4])} …` failed: {err[-1] if err else proc.returncode}",
-                       "see the command's output above; `podman ps -a` shows the nodes")
+        raise LabError(
+            f"`{' '.join(args[:4])} …` failed: {err[-1] if err else proc.returncode}",
+            "see the command's output above; `podman ps -a` shows the nodes",
+        )
     return proc
 
 
 def _preconditions() -> None:
     if os.geteuid() != 0:
-        raise LabError("the lab needs root (privileged podman containers, debootstrap)",
-                       "run it as root, e.g. with sudo")
+        raise LabError(
+            "the lab needs root (privileged podman containers, debootstrap)",
+            "run it as root, e.g. with sudo",
+        )
     for tool in ("podman", "debootstrap", "ssh", "ssh-keygen"):
         if not shutil.which(tool):
-            raise LabError(f"{tool} is not installed",
-                           "apt-get install podman debootstrap openssh-client")
+            raise LabError(
+                f"{tool} is not installed", "apt-get install podman debootstrap openssh-client"
+            )
 
 
 def recipe_hash(spec: OsSpec) -> str:
     """Changes whenever the image recipe changes, so a stale cached image is rebuilt."""
-    text = json.dumps([asdict(spec), PACKAGES, _mirror(), _security_mirror(),
-                       _configure_script(spec)])
+    text = json.dumps(
+        [asdict(spec), PACKAGES, _mirror(), _security_mirror(), _configure_script(spec)]
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -130,17 +156,24 @@ def image_name(spec: OsSpec) -> str:
 
 def _sources(spec: OsSpec) -> str:
     suites = [spec.suite] + ([f"{spec.suite}-updates"] if spec.updates else [])
-    text = (f"Types: deb\nURIs: {_mirror()}\nSuites: {' '.join(suites)}\nComponents: main\n"
-            "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n")
+    text = (
+        f"Types: deb\nURIs: {_mirror()}\nSuites: {' '.join(suites)}\nComponents: main\n"
+        "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+    )
     if spec.security_suite:
-        text += (f"\nTypes: deb\nURIs: {_security_mirror()}\nSuites: {spec.security_suite}\n"
-                 "Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n")
+        text += (
+            f"\nTypes: deb\nURIs: {_security_mirror()}\nSuites: {spec.security_suite}\n"
+            "Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
+        )
     return text
 
 
 def _configure_script(spec: OsSpec) -> str:
     """Shell run inside the debootstrapped root: SSH host keys at boot, apt settings."""
-    apt_conf = 'APT::Keep-Downloaded-Packages "true";\nBinary::apt::APT::Keep-Downloaded-Packages "true";\n'
+    apt_conf = (
+        'APT::Keep-Downloaded-Packages "true";\n'
+        'Binary::apt::APT::Keep-Downloaded-Packages "true";\n'
+    )
     if not spec.check_valid_until:
         apt_conf += 'Acquire::Check-Valid-Until "false";\n'
     return f"""set -e
@@ -183,11 +216,19 @@ def ensure_image(spec: OsSpec, log=print) -> str:
         if _run(["podman", "image", "exists", image], check=False).returncode == 0:
             return image
         log(f"Building node image {image} with debootstrap (about a minute)…")
-        with tempfile.TemporaryDirectory(prefix=f"gpustack-{spec.key}-",
-                                         dir=os.environ.get("GPUSTACK_LAB_BUILD_DIR")) as tmp:
+        with tempfile.TemporaryDirectory(
+            prefix=f"gpustack-{spec.key}-", dir=os.environ.get("GPUSTACK_LAB_BUILD_DIR")
+        ) as tmp:
             root = Path(tmp) / "rootfs"
-            cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}",
-                   f"--cache-dir={apt_cache_dir()}", spec.suite, str(root), _mirror()]
+            cmd = [
+                "debootstrap",
+                "--variant=minbase",
+                f"--include={','.join(PACKAGES)}",
+                f"--cache-dir={apt_cache_dir()}",
+                spec.suite,
+                str(root),
+                _mirror(),
+            ]
             if spec.script:
                 cmd.append(f"/usr/share/debootstrap/scripts/{spec.script}")
             _run(cmd, timeout=1800)
@@ -195,15 +236,27 @@ def ensure_image(spec: OsSpec, log=print) -> str:
             tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
             try:
                 proc = subprocess.run(
-                    ["podman", "import", "--change", "CMD=/sbin/init", "--change",
-                     f"LABEL {LABEL}.recipe={recipe_hash(spec)}", "-", image],
-                    stdin=tar.stdout, capture_output=True)
+                    [
+                        "podman",
+                        "import",
+                        "--change",
+                        "CMD=/sbin/init",
+                        "--change",
+                        f"LABEL {LABEL}.recipe={recipe_hash(spec)}",
+                        "-",
+                        image,
+                    ],
+                    stdin=tar.stdout,
+                    capture_output=True,
+                )
             finally:
                 tar.stdout.close()
                 tar.wait()
             if proc.returncode != 0:
-                raise LabError(f"podman import failed: {proc.stderr.decode().strip()}",
-                               "check podman's storage (`podman info`)")
+                raise LabError(
+                    f"podman import failed: {proc.stderr.decode().strip()}",
+                    "check podman's storage (`podman info`)",
+                )
     return image
 
 
@@ -237,50 +290,86 @@ def _container_info(container: str) -> dict | None:
 
 
 def _ssh_args(key: Path, port: int) -> list[str]:
-    return ["ssh", "-i", str(key), "-p", str(port), "-o", "BatchMode=yes",
-            "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-            "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=5", "root@127.0.0.1"]
+    return [
+        "ssh",
+        "-i",
+        str(key),
+        "-p",
+        str(port),
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-o",
+        "UserKnownHostsFile=/dev/null",
+        "-o",
+        "LogLevel=ERROR",
+        "-o",
+        "ConnectTimeout=5",
+        "root@127.0.0.1",
+    ]
 
 
 def _wait_for_ssh(node: Node, key: Path, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     last = ""
     while time.monotonic() < deadline:
-        proc = _run(_ssh_args(key, node.port) + ["true"], check=False, timeout=30)
+        proc = _run([*_ssh_args(key, node.port), "true"], check=False, timeout=30)
         if proc.returncode == 0:
             return
         last = proc.stderr.decode(errors="replace").strip()
         time.sleep(1)
-    raise LabError(f"node {node.name} did not answer SSH on 127.0.0.1:{node.port}: {last}",
-                   f"inspect it: podman exec {node.container} systemctl status ssh")
+    raise LabError(
+        f"node {node.name} did not answer SSH on 127.0.0.1:{node.port}: {last}",
+        f"inspect it: podman exec {node.container} systemctl status ssh",
+    )
 
 
 def _start_node(node: Node, image: str, key: Path) -> None:
     _run(["podman", "rm", "-f", "-i", node.container])
-    _run(["podman", "run", "-d", "--name", node.container, "--hostname", node.name,
-          "--label", f"{LABEL}={node.container.split('-node')[0]}",
-          "--systemd=always", "--privileged", *ULIMITS,
-          "-p", f"127.0.0.1:{node.port}:22",
-          "-v", f"{key}.pub:/root/.ssh/authorized_keys:ro",
-          "-v", f"{apt_cache_dir()}:/var/cache/apt/archives",
-          image, "/sbin/init"])
+    _run(
+        [
+            "podman",
+            "run",
+            "-d",
+            "--name",
+            node.container,
+            "--hostname",
+            node.name,
+            "--label",
+            f"{LABEL}={node.container.split('-node')[0]}",
+            "--systemd=always",
+            "--privileged",
+            *ULIMITS,
+            "-p",
+            f"127.0.0.1:{node.port}:22",
+            "-v",
+            f"{key}.pub:/root/.ssh/authorized_keys:ro",
+            "-v",
+            f"{apt_cache_dir()}:/var/cache/apt/archives",
+            image,
+            "/sbin/init",
+        ]
+    )
 
 
-def _node_healthy(node: Node, image: str) -> bool:
+def _reuse_node(node: Node, image: str) -> bool:
+    """Keep a node of an earlier `up`: running as is, or stopped and started again."""
     info = _container_info(node.container)
-    if not info:
+    if not info or image not in (info.get("ImageName"), (info.get("Config") or {}).get("Image")):
         return False
-    running = (info.get("State") or {}).get("Status") == "running"
-    same_image = info.get("ImageName") == image or (info.get("Config") or {}).get(
-        "Image") == image
-    return running and same_image
+    if (info.get("State") or {}).get("Status") == "running":
+        return True
+    # Nodes of an earlier run may be exited or in an unknown state: try a restart first.
+    return _run(["podman", "start", node.container], check=False).returncode == 0
 
 
 def write_inventory(path: Path, lab: str, nodes: list[Node], key: Path) -> None:
-    lines = [f"# Written by `gpustack lab up --name {lab}`: podman systemd nodes, no GPUs.",
-             "[gpu_nodes]"]
-    lines += [f"{n.name} ansible_host=127.0.0.1 ansible_port={n.port} lab_os={n.os}"
-              for n in nodes]
+    lines = [
+        f"# Written by `gpustack lab up --name {lab}`: podman systemd nodes, no GPUs.",
+        "[gpu_nodes]",
+    ]
+    lines += [f"{n.name} ansible_host=127.0.0.1 ansible_port={n.port} lab_os={n.os}" for n in nodes]
     lines += [
         "",
         "[gpu_nodes:vars]",
@@ -309,8 +398,20 @@ def up(name: str, count: int, os_list: str, inventory: str | None, log=print) ->
     lab_dir.mkdir(parents=True, exist_ok=True)
     key = lab_dir / "id_ed25519"
     if not key.exists():
-        _run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"gpustack-lab-{name}",
-              "-f", str(key)])
+        _run(
+            [
+                "ssh-keygen",
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                f"gpustack-lab-{name}",
+                "-f",
+                str(key),
+            ]
+        )
     state = _load_state(name)
     old_nodes = {n["name"]: Node(**n) for n in state.get("nodes", [])}
     inv_path = Path(inventory or state.get("inventory") or lab_dir / "inventory.ini")
@@ -321,7 +422,7 @@ def up(name: str, count: int, os_list: str, inventory: str | None, log=print) ->
         spec = specs[index % len(specs)]
         node_name = f"{name}-node{index + 1}"
         node = old_nodes.get(node_name)
-        if node and node.os == spec.key and _node_healthy(node, images[spec.key]):
+        if node and node.os == spec.key and _reuse_node(node, images[spec.key]):
             nodes.append(node)
             continue
         node = Node(node_name, spec.key, _free_port(), f"gpustack-{name}-node{index + 1}")
@@ -332,8 +433,9 @@ def up(name: str, count: int, os_list: str, inventory: str | None, log=print) ->
     for node in nodes:
         _wait_for_ssh(node, key)
     write_inventory(inv_path, name, nodes, key)
-    _state_path(name).write_text(json.dumps(
-        {"nodes": [asdict(n) for n in nodes], "inventory": str(inv_path)}, indent=2))
+    _state_path(name).write_text(
+        json.dumps({"nodes": [asdict(n) for n in nodes], "inventory": str(inv_path)}, indent=2)
+    )
     return inv_path
 
 
@@ -342,8 +444,18 @@ def down(name: str, images: bool = False) -> None:
     _preconditions()
     state = _load_state(name)
     containers = {n["container"] for n in state.get("nodes", [])}
-    listed = _run(["podman", "ps", "-a", "--filter", f"label={LABEL}=gpustack-{name}",
-                   "--format", "{{.Names}}"], check=False)
+    listed = _run(
+        [
+            "podman",
+            "ps",
+            "-a",
+            "--filter",
+            f"label={LABEL}=gpustack-{name}",
+            "--format",
+            "{{.Names}}",
+        ],
+        check=False,
+    )
     containers |= set(listed.stdout.decode().split())
     for container in sorted(containers):
         _run(["podman", "rm", "-f", "-i", "-t", "5", container])

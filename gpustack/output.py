@@ -63,28 +63,42 @@ class LiveProgress:
         for col in ("host", "role / task", "ok", "changed", "failed"):
             table.add_column(col)
         for host in tracker.hosts.values():
-            task = f"{host.current_role} : {host.current_task}" if host.current_role else (
-                host.current_task or "waiting")
+            task = (
+                f"{host.current_role} : {host.current_task}"
+                if host.current_role
+                else (host.current_task or "waiting")
+            )
             if host.unreachable:
                 task = "[red]unreachable[/]"
-            table.add_row(host.name, escape(task) if not host.unreachable else task,
-                          str(host.ok), str(host.changed), str(host.failed))
+            table.add_row(
+                host.name,
+                escape(task) if not host.unreachable else task,
+                str(host.ok),
+                str(host.changed),
+                str(host.failed),
+            )
         return table
 
     def _log(self, event: dict) -> None:
         data = event.get("event_data") or {}
         kind = event.get("event", "")
-        if kind in ("runner_on_ok", "runner_on_failed", "runner_on_unreachable",
-                    "runner_on_skipped"):
+        if kind in (
+            "runner_on_ok",
+            "runner_on_failed",
+            "runner_on_unreachable",
+            "runner_on_skipped",
+        ):
             state = kind.removeprefix("runner_on_")
             if state == "ok" and (data.get("res") or {}).get("changed"):
                 state = "changed"
-            stderr.print(f"{escape(data.get('host', ''))} | {escape(data.get('task', ''))}"
-                         f" | {state}")
+            stderr.print(
+                f"{escape(data.get('host', ''))} | {escape(data.get('task', ''))} | {state}"
+            )
 
 
-def run_document(command: str, result: RunResult, extra: dict[str, Any] | None = None
-                 ) -> dict[str, Any]:
+def run_document(
+    command: str, result: RunResult, extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
     doc = {
         "command": command,
         "status": result.status,
@@ -103,11 +117,13 @@ def write_report(path: str | None, doc: dict[str, Any]) -> None:
     target = Path(path).expanduser()
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n",
-                          encoding="utf-8")
+        target.write_text(
+            json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8"
+        )
     except OSError as exc:
-        raise BadInput(f"cannot write report {path}: {exc.strerror}",
-                       "choose a writable path for --report") from None
+        raise BadInput(
+            f"cannot write report {path}: {exc.strerror}", "choose a writable path for --report"
+        ) from None
 
 
 def print_json(doc: dict[str, Any]) -> None:
@@ -127,20 +143,28 @@ def print_run(result: RunResult, verbose: int = 0) -> None:
             first = host.failures[0]
             note = f"{first.task}: {first.message}"
         status = host.status
-        table.add_row(host.name, f"[{colour.get(status, 'white')}]{status}[/]", str(host.ok),
-                      str(host.changed), str(host.failed), str(host.skipped),
-                      escape(_one_line(note, 160 if not verbose else 2000)))
+        table.add_row(
+            host.name,
+            f"[{colour.get(status, 'white')}]{status}[/]",
+            str(host.ok),
+            str(host.changed),
+            str(host.failed),
+            str(host.skipped),
+            escape(_one_line(note, 160 if not verbose else 2000)),
+        )
     stdout.print(table)
     if verbose:
         for host in result.hosts.values():
             for failure in host.failures:
-                stdout.print(f"[red]{escape(host.name)}[/] {escape(failure.role)} : "
-                             f"{escape(failure.task)}\n  {escape(failure.message)}")
+                stdout.print(
+                    f"[red]{escape(host.name)}[/] {escape(failure.role)} : "
+                    f"{escape(failure.task)}\n  {escape(failure.message)}"
+                )
     summary = result.summary()
-    stdout.print(f"{summary['hosts']} hosts: {summary['ok']} ok, {summary['failed']} failed, "
-                 f"{summary['unreachable']} unreachable, {summary['changed']} changes")
-    if result.exit_code:
-        stderr.print(f"Artifacts of this run: {result.artifacts_dir}")
+    stdout.print(
+        f"{summary['hosts']} hosts: {summary['ok']} ok, {summary['failed']} failed, "
+        f"{summary['unreachable']} unreachable, {summary['changed']} changes"
+    )
 
 
 def print_changes(result: RunResult, verbose: int = 0) -> None:
@@ -161,15 +185,29 @@ def print_changes(result: RunResult, verbose: int = 0) -> None:
 
 def _before_after(diff: dict[str, Any]) -> str:
     if "before" in diff or "after" in diff:
-        return (f"    --- {diff.get('before_header', 'before')}\n    {diff.get('before', '')}\n"
-                f"    +++ {diff.get('after_header', 'after')}\n    {diff.get('after', '')}")
+        return (
+            f"    --- {diff.get('before_header', 'before')}\n    {diff.get('before', '')}\n"
+            f"    +++ {diff.get('after_header', 'after')}\n    {diff.get('after', '')}"
+        )
     return ""
 
 
 def print_fleet(result: RunResult, problems: list[doctor.Problem] | None) -> None:
     table = Table(box=None, pad_edge=False)
-    for col in ("host", "os", "kernel", "arch", "gpus", "nvswitch", "secure boot", "nouveau",
-                "headers", "driver", "runtime", "kubelet"):
+    for col in (
+        "host",
+        "os",
+        "kernel",
+        "arch",
+        "gpus",
+        "nvswitch",
+        "secure boot",
+        "nouveau",
+        "headers",
+        "driver",
+        "runtime",
+        "kubelet",
+    ):
         table.add_column(col)
     for host in result.hosts.values():
         pf = doctor.preflight(host.facts)
@@ -198,8 +236,10 @@ def print_fleet(result: RunResult, problems: list[doctor.Problem] | None) -> Non
         stdout.print("\nProblems:")
         style = {"error": "red", "warning": "yellow", "info": "cyan"}
         for p in problems:
-            stdout.print(f"  [{style[p.severity]}]{p.severity:7}[/] {escape(p.host)}: "
-                         f"{escape(p.message)}\n          Hint: {escape(p.hint)}")
+            stdout.print(
+                f"  [{style[p.severity]}]{p.severity:7}[/] {escape(p.host)}: "
+                f"{escape(p.message)}\n          Hint: {escape(p.hint)}"
+            )
     else:
         stdout.print("\nNo problems found.")
 

@@ -127,8 +127,9 @@ class RunTracker:
             host.ok += 1
             if res.get("changed"):
                 host.changed += 1
-                host.changes.append(TaskChange(data.get("task", ""), data.get("role", ""),
-                                               _diffs(res)))
+                host.changes.append(
+                    TaskChange(data.get("task", ""), data.get("role", ""), _diffs(res))
+                )
             for key, value in (res.get("ansible_facts") or {}).items():
                 if key.startswith(FACT_PREFIX):
                     host.facts[key] = value
@@ -137,8 +138,9 @@ class RunTracker:
                 host.ok += 1
                 return
             host.failed += 1
-            host.failures.append(TaskFailure(data.get("task", ""), data.get("role", ""),
-                                             _message(res)))
+            host.failures.append(
+                TaskFailure(data.get("task", ""), data.get("role", ""), _message(res))
+            )
         elif kind == "runner_on_skipped":
             host.skipped += 1
         elif kind == "runner_on_unreachable":
@@ -148,8 +150,9 @@ class RunTracker:
     def _stats(self, data: dict[str, Any]) -> None:
         """The play recap is authoritative for counts."""
         self.stats_seen = True
-        for name in set().union(*(data.get(k) or {} for k in ("ok", "changed", "failures",
-                                                             "dark", "skipped"))):
+        for name in set().union(
+            *(data.get(k) or {} for k in ("ok", "changed", "failures", "dark", "skipped"))
+        ):
             host = self.host(name)
             host.started = True
             host.ok = (data.get("ok") or {}).get(name, 0)

@@ -67,8 +67,17 @@ class RunSpec:
         }
 
 
-def build_run_spec(playbook: str, inventory, extravars=None, *, tags="", skip_tags="",
-                   check=False, diff=False, verbosity=0) -> RunSpec:
+def build_run_spec(
+    playbook: str,
+    inventory,
+    extravars=None,
+    *,
+    tags="",
+    skip_tags="",
+    check=False,
+    diff=False,
+    verbosity=0,
+) -> RunSpec:
     """Pure: the run for `playbook` over an already validated Inventory."""
     variables = {"gpustack_target": inventory.target_group, **(extravars or {})}
     return RunSpec(
@@ -87,7 +96,8 @@ def build_run_spec(playbook: str, inventory, extravars=None, *, tags="", skip_ta
 
 def runs_dir() -> Path:
     base = os.environ.get("GPUSTACK_STATE_DIR") or os.path.join(
-        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "gpustack")
+        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "gpustack"
+    )
     return Path(base) / "runs"
 
 
@@ -103,8 +113,9 @@ def _private_data_dir(playbook: Path) -> Path:
     return run_dir
 
 
-def run_playbook(spec: RunSpec, on_update: Callable[[RunTracker, dict], None] | None = None
-                 ) -> RunResult:
+def run_playbook(
+    spec: RunSpec, on_update: Callable[[RunTracker, dict], None] | None = None
+) -> RunResult:
     """Run `spec`; `on_update` is called on the caller's thread after each event."""
     data_dir = _private_data_dir(spec.playbook)
     limit_file = data_dir / "limit.txt"

@@ -39,13 +39,32 @@ NVIDIA_VENDOR = "0x10de"
 GPU_CLASSES = ("0x0300", "0x0302")  # VGA controller, 3D controller
 NVSWITCH_CLASS = "0x0680"  # bridge (other): how NVSwitch enumerates
 SECURE_BOOT_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
-EXTRA_PATH = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin",
-              "/var/lib/rancher/rke2/bin"]
-DEB_DRIVER_PATTERNS = ["nvidia-driver", "nvidia-driver-*", "nvidia-headless-*", "cuda-drivers",
-                       "nvidia-kernel-dkms", "nvidia-kernel-open-dkms", "nvidia-open-kernel-dkms",
-                       "nvidia-dkms-*"]
-RPM_DRIVER_PACKAGES = ["nvidia-driver", "kmod-nvidia-open-dkms", "kmod-nvidia-latest-dkms",
-                       "nvidia-driver-cuda", "cuda-drivers"]
+EXTRA_PATH = [
+    "/usr/local/sbin",
+    "/usr/local/bin",
+    "/usr/sbin",
+    "/usr/bin",
+    "/sbin",
+    "/bin",
+    "/var/lib/rancher/rke2/bin",
+]
+DEB_DRIVER_PATTERNS = [
+    "nvidia-driver",
+    "nvidia-driver-*",
+    "nvidia-headless-*",
+    "cuda-drivers",
+    "nvidia-kernel-dkms",
+    "nvidia-kernel-open-dkms",
+    "nvidia-open-kernel-dkms",
+    "nvidia-dkms-*",
+]
+RPM_DRIVER_PACKAGES = [
+    "nvidia-driver",
+    "kmod-nvidia-open-dkms",
+    "kmod-nvidia-latest-dkms",
+    "nvidia-driver-cuda",
+    "cuda-drivers",
+]
 
 
 def read(path, default=None):
@@ -117,8 +136,11 @@ def pci_devices():
     names = lspci_names() if gpus or switches else {}
     for entry in gpus + switches:
         short = entry["pci_address"].split(":", 1)[-1]
-        entry["model"] = names.get(entry["pci_address"]) or names.get(short) or (
-            "NVIDIA device " + entry["device_id"])
+        entry["model"] = (
+            names.get(entry["pci_address"])
+            or names.get(short)
+            or ("NVIDIA device " + entry["device_id"])
+        )
     return gpus, switches
 
 
@@ -188,21 +210,27 @@ def installed_driver(family):
             if len(parts) == 3 and parts[2].startswith("ii"):
                 found.append((parts[0], parts[1]))
     elif family == "RedHat" and which("rpm"):
-        _, out = run(["rpm", "-q", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\n"]
-                     + RPM_DRIVER_PACKAGES)
+        _, out = run(
+            ["rpm", "-q", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\n"] + RPM_DRIVER_PACKAGES
+        )
         found = [tuple(line.split("\t")) for line in out.splitlines() if "\t" in line]
     else:
         found = []
     if not found:
         return {"package": None, "version": None}
     # Prefer the driver meta package over kernel-module packages.
-    found.sort(key=lambda item: (not item[0].startswith(("nvidia-driver", "cuda-drivers")),
-                                 item[0]))
+    found.sort(
+        key=lambda item: (not item[0].startswith(("nvidia-driver", "cuda-drivers")), item[0])
+    )
     return {"package": found[0][0], "version": found[0][1]}
 
 
 def loaded_driver():
-    text = read("/proc/driver/nvidia/version")
+    return parse_nvrm_version(read("/proc/driver/nvidia/version"))
+
+
+def parse_nvrm_version(text):
+    """Version from /proc/driver/nvidia/version's NVRM line (proprietary or open modules)."""
     if not text:
         return None
     match = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)", text)
@@ -255,19 +283,37 @@ def runtimes():
 
     k3s = which("k3s")
     if k3s:
-        add("k3s", k3s, ["--version"], "/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
-            "k3s", True)
+        add(
+            "k3s",
+            k3s,
+            ["--version"],
+            "/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
+            "k3s",
+            True,
+        )
     rke2 = which("rke2")
     if rke2 or os.path.isdir("/var/lib/rancher/rke2/bin"):
-        add("rke2", rke2 or "/var/lib/rancher/rke2/bin/containerd", ["--version"],
-            "/var/lib/rancher/rke2/agent/etc/containerd/config.toml", "rke2-server", True)
+        add(
+            "rke2",
+            rke2 or "/var/lib/rancher/rke2/bin/containerd",
+            ["--version"],
+            "/var/lib/rancher/rke2/agent/etc/containerd/config.toml",
+            "rke2-server",
+            True,
+        )
     crio = which("crio")
     if crio:
         add("crio", crio, ["--version"], "/etc/crio/crio.conf", "crio", False)
     containerd = which("containerd")
     if containerd and not (k3s or rke2):
-        add("containerd", containerd, ["--version"], "/etc/containerd/config.toml",
-            "containerd", True)
+        add(
+            "containerd",
+            containerd,
+            ["--version"],
+            "/etc/containerd/config.toml",
+            "containerd",
+            True,
+        )
     dockerd = which("dockerd")
     if dockerd:
         add("docker", dockerd, ["--version"], "/etc/docker/daemon.json", "docker", False)
@@ -288,9 +334,14 @@ def primary_runtime(found):
 
 def kubelet():
     binary = which("kubelet")
-    unit = any(os.path.exists(p) for p in ("/etc/systemd/system/kubelet.service",
-                                           "/lib/systemd/system/kubelet.service",
-                                           "/usr/lib/systemd/system/kubelet.service"))
+    unit = any(
+        os.path.exists(p)
+        for p in (
+            "/etc/systemd/system/kubelet.service",
+            "/lib/systemd/system/kubelet.service",
+            "/usr/lib/systemd/system/kubelet.service",
+        )
+    )
     version = None
     if binary:
         rc, out = run([binary, "--version"])

@@ -1,0 +1,33 @@
+"""Shared helpers: run the real `gpustack` entry point in a subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+GPUSTACK = [sys.executable, "-m", "gpustack"]
+
+
+@pytest.fixture
+def state_dir(tmp_path, monkeypatch) -> Path:
+    """Each test gets its own run directory, so tests can prove nothing was run."""
+    path = tmp_path / "state"
+    monkeypatch.setenv("GPUSTACK_STATE_DIR", str(path))
+    return path
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    merged = {**os.environ, **(env or {})}
+    return subprocess.run(
+        [*GPUSTACK, *args], capture_output=True, text=True, env=merged, timeout=timeout, cwd=ROOT
+    )
+
+
+def runs_started(state_dir: Path) -> list[Path]:
+    runs = state_dir / "runs"
+    return sorted(runs.iterdir()) if runs.exists() else []

@@ -1,0 +1,136 @@
+"""The real entry point in a subprocess: bad input gives Error + Hint, exit 2, nothing run."""
+
+import json
+
+import pytest
+
+from tests.conftest import run_cli, runs_started
+
+GOOD_INI = "[gpu_nodes]\nn1 ansible_host=127.0.0.1\nn2 ansible_host=127.0.0.1\n"
+
+
+@pytest.fixture
+def inv(tmp_path):
+    path = tmp_path / "inv.ini"
+    path.write_text(GOOD_INI)
+    return path
+
+
+def bad_cases(tmp_path, inv):
+    broken_ini = tmp_path / "broken.ini"
+    broken_ini.write_text("[gpu_nodes\nn1\n")
+    broken_yml = tmp_path / "broken.yml"
+    broken_yml.write_text("all:\n  hosts: [a\n")
+    empty = tmp_path / "empty.ini"
+    empty.write_text("[gpu_nodes]\n[cpu]\nc1\n")
+    return [
+        (["install", str(tmp_path / "missing.ini")], "does not exist"),
+        (["install", "/proc/self/mem"], "is not readable"),
+        (["install", str(broken_ini)], "cannot parse inventory"),
+        (["doctor", str(broken_yml)], "YAML parsing failed"),
+        (["install", str(empty)], "no hosts in group gpu_nodes"),
+        (["install", str(inv), "-e", "nvidia_driver_version"], "is not KEY=VALUE"),
+        (["install", str(inv), "--output", "xml"], "unknown --output 'xml'"),
+        (["install", str(inv), "--limit", "nosuch"], "matches no host"),
+        (["install", str(inv), "--kubeconfig", str(tmp_path / "nokube")], "kubeconfig"),
+        (["install"], "Missing argument"),
+        (["install", str(inv), "--bogus"], "No such option"),
+        (["lab", "up", "--os", "debian99"], "unknown --os 'debian99'"),
+    ]
+
+
+def test_every_bad_input_is_one_error_with_hint_and_exit_2(tmp_path, inv, state_dir):
+    for args, message in bad_cases(tmp_path, inv):
+        proc = run_cli(*args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert lines[0].startswith("Error: ") and message in lines[0], (args, proc.stderr)
+        assert lines[1].startswith("Hint: "), (args, proc.stderr)
+        assert "Traceback" not in proc.stderr + proc.stdout
+    assert runs_started(state_dir) == [], "a bad input must not start any run"
+
+
+def test_unimplemented_commands_say_so(inv):
+    for command, issue in (("upgrade", 6), ("verify", 5), ("uninstall", 7), ("manifests", 5)):
+        proc = run_cli(command, str(inv))
+        assert proc.returncode == 2
+        assert f"`gpustack {command}` is not implemented yet" in proc.stderr
+        assert f"issue {issue}" in proc.stderr
+
+
+def test_help_lists_every_subcommand():
+    proc = run_cli("--help")
+    assert proc.returncode == 0
+    for command in (
+        "install",
+        "plan",
+        "doctor",
+        "verify",
+        "status",
+        "upgrade",
+        "uninstall",
+        "manifests",
+        "lab",
+    ):
+        assert command in proc.stdout
+
+
+def test_install_flags_mirror_ansible_playbook():
+    proc = run_cli("install", "--help")
+    for flag in (
+        "--check",
+        "--diff",
+        "--limit",
+        "--tags",
+        "--skip-tags",
+        "--extra-vars",
+        "--kubeconfig",
+        "--output",
+        "--report",
+        "--verbose",
+    ):
+        assert flag in proc.stdout
+
+
+def test_local_doctor_install_and_report(tmp_path, state_dir):
+    """A real ansible-runner run over a local connection: facts, JSON, report, changed=0."""
+    inv = tmp_path / "local.ini"
+    inv.write_text(
+        "[gpu_nodes]\nlocal1 ansible_connection=local ansible_python_interpreter=/usr/bin/python3\n"
+    )
+    proc = run_cli("doctor", str(inv), "--output", "json")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    pf = doc["hosts"]["local1"]["facts"]["gpustack_preflight"]
+    assert pf["os"]["family"] == "Debian"
+    assert pf["gpus"]["count"] == 0
+    assert doc["summary"] == {"hosts": 1, "ok": 1, "changed": 0, "failed": 0, "unreachable": 0}
+    assert any("no NVIDIA device" in p["message"] for p in doc["problems"])
+
+    report = tmp_path / "report.json"
+    proc = run_cli("install", str(inv), "--report", str(report), "-e", "a=b")
+    assert proc.returncode == 0, proc.stderr
+    assert "local1" in proc.stdout and "0 failed" in proc.stdout
+    saved = json.loads(report.read_text())
+    assert saved["command"] == "install" and saved["hosts"]["local1"]["changed"] == 0
+
+    proc = run_cli("doctor", str(inv), "-e", "gpustack_require_gpu=true")
+    assert proc.returncode == 3, "a required GPU that is missing fails doctor"
+    assert "error" in proc.stdout and "no NVIDIA device" in proc.stdout
+    assert len(runs_started(state_dir)) == 3
+
+
+def test_failed_task_reports_task_and_message_and_artifacts(tmp_path, state_dir):
+    inv = tmp_path / "local.ini"
+    inv.write_text(
+        "[gpu_nodes]\nlocal1 ansible_connection=local "
+        "ansible_python_interpreter=/nonexistent/python3\n"
+    )
+    proc = run_cli("install", str(inv), "--output", "json")
+    assert proc.returncode == 1
+    doc = json.loads(proc.stdout)
+    host = doc["hosts"]["local1"]
+    assert host["status"] == "failed"
+    assert host["failures"][0]["task"] == "Gather GPU host facts"
+    assert "/nonexistent/python3" in host["failures"][0]["message"]
+    assert "Artifacts of this run:" in proc.stderr

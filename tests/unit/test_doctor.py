@@ -1,0 +1,86 @@
+from gpustack import doctor
+
+
+def facts(**over):
+    pf = {
+        "os": {"id": "debian", "version_id": "12", "family": "Debian", "pretty_name": "Debian 12"},
+        "kernel": "6.1.0-18-amd64",
+        "gpus": {"count": 2, "devices": [{"model": "GH100 [H100 SXM5 80GB]"}] * 2},
+        "nvswitch": {"present": False},
+        "secure_boot": "disabled",
+        "nouveau_loaded": False,
+        "kernel_headers": {
+            "package": "linux-headers-6.1.0-18-amd64",
+            "installed": True,
+            "available": True,
+        },
+        "driver": {
+            "installed": {"package": "nvidia-driver", "version": "535.261.03-1"},
+            "loaded_version": "535.261.03",
+        },
+        "runtime": "containerd",
+        "runtimes": [
+            {
+                "kind": "containerd",
+                "version": "1.6.20",
+                "config_version": 2,
+                "config_exists": True,
+                "active": True,
+            }
+        ],
+        "kubelet": {"present": True},
+    }
+    pf.update(over)
+    return {"gpustack_preflight": pf}
+
+
+def messages(problems):
+    return [p.message for p in problems]
+
+
+def test_healthy_gpu_host_has_no_problems():
+    assert doctor.find_problems("h", facts()) == []
+    pf = facts()["gpustack_preflight"]
+    assert doctor.gpu_summary(pf) == "2× GH100 [H100 SXM5 80GB]"
+    assert doctor.driver_state(pf) == "loaded 535.261.03"
+    assert doctor.runtime_summary(pf) == "containerd 1.6.20 (config v2)"
+
+
+def test_missing_gpu_is_never_hidden_and_fatal_only_when_required():
+    f = facts(
+        gpus={"count": 0, "devices": []},
+        driver={"installed": {"version": "535.261.03-1"}, "loaded_version": None},
+    )
+    assert doctor.driver_state(f["gpustack_preflight"]) == (
+        "installed 535.261.03-1, not loaded: no NVIDIA device"
+    )
+    (warn,) = doctor.find_problems("h", f)
+    assert warn.severity == "warning" and "not loaded: no NVIDIA device" in warn.message
+    (err,) = doctor.find_problems("h", f, require_gpu=True)
+    assert err.severity == "error"
+
+
+def test_known_pain_points_are_reported_with_hints():
+    f = facts(
+        nouveau_loaded=True,
+        secure_boot="enabled",
+        kernel_headers={"package": "linux-headers-6.18-fc", "installed": False, "available": False},
+        driver={"installed": {"version": "550.163.01-1"}, "loaded_version": "535.261.03"},
+        runtime=None,
+        runtimes=[],
+    )
+    problems = doctor.find_problems("h", f)
+    text = " ".join(messages(problems))
+    assert "nouveau" in text
+    assert "Secure Boot is enabled" in text
+    assert "no kernel headers for the running kernel" in text
+    assert "reboot required" in text
+    assert "kubelet present but no container runtime" in text
+    assert all(p.hint for p in problems)
+
+
+def test_inactive_runtime_and_missing_facts():
+    f = facts(runtimes=[{"kind": "containerd", "active": False}])
+    assert "containerd is installed but not running" in messages(doctor.find_problems("h", f))
+    (p,) = doctor.find_problems("h", {})
+    assert p.severity == "error"

@@ -1,0 +1,107 @@
+from gpustack.errors import ExitCode
+from gpustack.results import RunResult, RunTracker
+
+
+def ev(kind, host=None, **data):
+    event_data = {"host": host, "task": data.pop("task", "t"), "role": data.pop("role", "r")}
+    event_data.update(data)
+    return {"event": kind, "event_data": event_data}
+
+
+def result(tracker, status="successful", rc=0):
+    return RunResult("site.yml", status, rc, "/tmp/a", tracker.hosts)
+
+
+def test_facts_changes_and_failures_are_folded_per_host():
+    t = RunTracker(["a", "b"])
+    t.handle(
+        ev(
+            "runner_on_ok",
+            "a",
+            res={
+                "changed": False,
+                "ansible_facts": {"gpustack_preflight": {"kernel": "6.1"}, "other": 1},
+            },
+        )
+    )
+    t.handle(
+        ev(
+            "runner_on_ok",
+            "a",
+            task="write",
+            res={"changed": True, "diff": {"before": "x", "after": "y"}},
+        )
+    )
+    t.handle(
+        ev(
+            "runner_on_failed",
+            "b",
+            task="apt",
+            role="nvidia_driver",
+            res={"msg": "No package matching 'x'", "stderr": "E: boom"},
+        )
+    )
+    t.handle(ev("runner_on_failed", "b", task="probe", ignore_errors=True, res={"msg": "m"}))
+    a, b = t.hosts["a"], t.hosts["b"]
+    assert a.facts == {"gpustack_preflight": {"kernel": "6.1"}}
+    assert (a.ok, a.changed, a.status) == (2, 1, "changed")
+    assert a.changes[0].task == "write" and a.changes[0].diff == [{"before": "x", "after": "y"}]
+    assert b.status == "failed" and b.failed == 1
+    assert b.failures[0].role == "nvidia_driver"
+    assert b.failures[0].message == "No package matching 'x' | E: boom"
+    assert result(t, "failed", 2).exit_code == ExitCode.HOST_FAILED
+
+
+def test_unreachable_gives_exit_4_and_keeps_ssh_message():
+    t = RunTracker(["a", "b"])
+    t.handle(ev("runner_on_ok", "a", res={}))
+    t.handle(ev("runner_on_unreachable", "b", res={"msg": "ssh: connect to host x port 22"}))
+    t.handle(
+        {
+            "event": "playbook_on_stats",
+            "event_data": {
+                "ok": {"a": 1},
+                "dark": {"b": 1},
+                "changed": {},
+                "failures": {},
+                "skipped": {},
+            },
+        }
+    )
+    assert t.hosts["b"].status == "unreachable"
+    assert "ssh: connect" in t.hosts["b"].unreachable_message
+    assert result(t, "failed", 4).exit_code == ExitCode.UNREACHABLE
+    assert result(t, "failed", 4).summary() == {
+        "hosts": 2,
+        "ok": 1,
+        "changed": 0,
+        "failed": 0,
+        "unreachable": 1,
+    }
+
+
+def test_stats_are_authoritative_and_clean_run_exits_0():
+    t = RunTracker(["a"])
+    t.handle(ev("runner_on_ok", "a", res={"changed": True}))
+    t.handle(
+        {
+            "event": "playbook_on_stats",
+            "event_data": {
+                "ok": {"a": 3},
+                "changed": {"a": 0},
+                "failures": {},
+                "dark": {},
+                "skipped": {"a": 1},
+            },
+        }
+    )
+    host = t.hosts["a"]
+    assert (host.ok, host.changed, host.skipped) == (3, 0, 1)
+    assert result(t).exit_code == ExitCode.OK
+    assert result(t, "canceled", 254).exit_code == ExitCode.CANCELED
+
+
+def test_host_never_reached_is_not_reported_ok():
+    t = RunTracker(["a"])
+    assert t.hosts["a"].status == "not run"
+    assert result(t, "failed", 1).exit_code == ExitCode.HOST_FAILED
