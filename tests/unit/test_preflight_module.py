@@ -36,7 +36,8 @@ def test_containerd_config_absent(tmp_path):
     ("text", "version"),
     [
         (
-            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.161.07  Sat Feb 17 22:55:48 UTC 2024\n"
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.161.07  "
+            "Sat Feb 17 22:55:48 UTC 2024\n"
             "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n",
             "535.161.07",
         ),
