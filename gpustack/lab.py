@@ -39,6 +39,7 @@ PACKAGES = [
 ]
 ULIMITS = ["--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]
 LABEL = "io.gpustack.lab"
+INIT_CGROUP2 = "/usr/local/sbin/gpustack-lab-init"
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,12 @@ class OsSpec:
     updates: bool
     script: str | None = None  # debootstrap script when the suite name is unknown to it
     check_valid_until: bool = True
+    # systemd >= 258 refuses the cgroup v1 hierarchy podman gives on a cgroup v1 host.
+    cgroup2: bool = False
+
+    @property
+    def init(self) -> str:
+        return INIT_CGROUP2 if self.cgroup2 else "/sbin/init"
 
 
 OS_SPECS = {
@@ -56,7 +63,9 @@ OS_SPECS = {
     "debian13": OsSpec("debian13", "trixie", "trixie-security", True),
     # Debian testing: bookworm's debootstrap has no `forky` script; sid's works. Its Release
     # files may be past Valid-Until on snapshot-like mirrors, so apt is told not to check.
-    "forky": OsSpec("forky", "forky", None, False, script="sid", check_valid_until=False),
+    "forky": OsSpec(
+        "forky", "forky", None, False, script="sid", check_valid_until=False, cgroup2=True
+    ),
 }
 
 
@@ -182,6 +191,15 @@ cat > /etc/apt/sources.list.d/debian.sources <<'EOS'
 {_sources(spec)}EOS
 cat > /etc/apt/apt.conf.d/90gpustack-lab <<'EOS'
 {apt_conf}EOS
+cat > {INIT_CGROUP2} <<'EOS'
+#!/bin/sh
+# Lab nodes only: give systemd a cgroup2 hierarchy when the host offers cgroup v1.
+if [ "$(stat -f -c %T /sys/fs/cgroup)" != cgroup2fs ]; then
+    umount -R /sys/fs/cgroup && mount -t cgroup2 cgroup2 /sys/fs/cgroup
+fi
+exec /sbin/init "$@"
+EOS
+chmod 755 {INIT_CGROUP2}
 mkdir -p /etc/systemd/system/ssh.service.d /root/.ssh
 chmod 700 /root/.ssh
 cat > /etc/systemd/system/ssh.service.d/10-hostkeys.conf <<'EOS'
@@ -257,7 +275,17 @@ def ensure_image(spec: OsSpec, log=print) -> str:
                     f"podman import failed: {proc.stderr.decode().strip()}",
                     "check podman's storage (`podman info`)",
                 )
+        _remove_stale_images(spec, image)
     return image
+
+
+def _remove_stale_images(spec: OsSpec, keep: str) -> None:
+    """Images of an older recipe for the same OS are dead weight: drop them (if unused)."""
+    listed = _run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}",
+                   "localhost/gpustack-node"], check=False)  # fmt: skip
+    for ref in listed.stdout.decode().split():
+        if ref.startswith(f"localhost/gpustack-node:{spec.key}-") and ref != keep:
+            _run(["podman", "rmi", ref], check=False)
 
 
 def _free_port() -> int:
@@ -325,32 +353,17 @@ def _wait_for_ssh(node: Node, key: Path, timeout: float = 120) -> None:
     )
 
 
-def _start_node(node: Node, image: str, key: Path) -> None:
+def _start_node(node: Node, image: str, key: Path, init: str) -> None:
     _run(["podman", "rm", "-f", "-i", node.container])
-    _run(
-        [
-            "podman",
-            "run",
-            "-d",
-            "--name",
-            node.container,
-            "--hostname",
-            node.name,
-            "--label",
-            f"{LABEL}={node.container.split('-node')[0]}",
-            "--systemd=always",
-            "--privileged",
-            *ULIMITS,
-            "-p",
-            f"127.0.0.1:{node.port}:22",
-            "-v",
-            f"{key}.pub:/root/.ssh/authorized_keys:ro",
-            "-v",
-            f"{apt_cache_dir()}:/var/cache/apt/archives",
-            image,
-            "/sbin/init",
-        ]
-    )
+    # fmt: off
+    _run(["podman", "run", "-d", "--name", node.container, "--hostname", node.name,
+          "--label", f"{LABEL}={node.container.split('-node')[0]}",
+          "--systemd=always", "--privileged", *ULIMITS,
+          "-p", f"127.0.0.1:{node.port}:22",
+          "-v", f"{key}.pub:/root/.ssh/authorized_keys:ro",
+          "-v", f"{apt_cache_dir()}:/var/cache/apt/archives",
+          image, init])
+    # fmt: on
 
 
 def _reuse_node(node: Node, image: str) -> bool:
@@ -426,7 +439,7 @@ def up(name: str, count: int, os_list: str, inventory: str | None, log=print) ->
             nodes.append(node)
             continue
         node = Node(node_name, spec.key, _free_port(), f"gpustack-{name}-node{index + 1}")
-        _start_node(node, images[spec.key], key)
+        _start_node(node, images[spec.key], key, spec.init)
         nodes.append(node)
     for stale in set(old_nodes) - {n.name for n in nodes}:
         _run(["podman", "rm", "-f", "-i", old_nodes[stale].container], check=False)
