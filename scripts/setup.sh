@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Set up a fresh Debian/Ubuntu machine for gpustack: system packages (apt), .venv, gpustack.
+# Idempotent; needs root for apt (it re-runs itself with sudo when it can).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(podman debootstrap openssh-client uidmap ca-certificates git)
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null; then exec sudo -E "$0" "$@"; fi
+    echo "Error: setup needs root (apt, podman --privileged, debootstrap)" >&2
+    echo "Hint: run it as root or install sudo" >&2
+    exit 2
+fi
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
+        || missing+=("$pkg")
+done
+PYTHON=${PYTHON:-python3}
+if ! "$PYTHON" -c 'import sys, venv, ensurepip; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    missing+=(python3 python3-venv)
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "Installing system packages: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+if [ ! -x .venv/bin/gpustack ] || [ pyproject.toml -nt .venv/.installed ]; then
+    "$PYTHON" -m venv .venv
+    .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+    touch .venv/.installed
+fi
+echo "Set-up done: $(.venv/bin/gpustack --version)"

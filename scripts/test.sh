@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Every check CI runs: lint, unit tests, then the lab suite on real podman nodes (once).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+export PATH="$PWD/.venv/bin:$PATH"
+
+echo "== ruff"
+ruff check .
+ruff format --check .
+echo "== ansible-lint (production profile)"
+ansible-lint --offline roles/ playbooks/
+echo "== only runner.py imports ansible_runner"
+offenders=$(grep -rlE '^\s*(import|from) ansible_runner' gpustack | grep -v '^gpustack/runner.py$' || true)
+[ -z "$offenders" ] || { echo "ansible_runner imported outside runner.py: $offenders"; exit 1; }
+echo "== unit tests"
+pytest -q tests
+echo "== lab tests (podman systemd nodes)"
+pytest -q -m lab tests/lab
