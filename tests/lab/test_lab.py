@@ -74,8 +74,12 @@ def test_lab_writes_an_inventory_of_reachable_nodes(lab):
 
 def test_doctor_reports_real_facts_for_both_nodes(lab):
     # node2 gets containerd from Debian's archive; node1 has no runtime at all.
-    proc = ssh(lab, f"{LAB}-node2", "apt-get update -qq && "
-               "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd >/dev/null")
+    proc = ssh(
+        lab,
+        f"{LAB}-node2",
+        "apt-get update -qq && "
+        "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd >/dev/null",
+    )
     assert proc.returncode == 0, proc.stderr
     doc = doctor_json(lab)
     assert set(doc["hosts"]) == {f"{LAB}-node1", f"{LAB}-node2"}
