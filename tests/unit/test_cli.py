@@ -134,3 +134,52 @@ def test_failed_task_reports_task_and_message_and_artifacts(tmp_path, state_dir)
     assert host["failures"][0]["task"] == "Gather GPU host facts"
     assert "/nonexistent/python3" in host["failures"][0]["message"]
     assert "Artifacts of this run:" in proc.stderr
+
+
+def test_plan_runs_in_check_mode(tmp_path, state_dir):
+    inv = tmp_path / "local.ini"
+    inv.write_text(
+        "[gpu_nodes]\nlocal1 ansible_connection=local ansible_python_interpreter=/usr/bin/python3\n"
+    )
+    proc = run_cli("plan", str(inv))
+    assert proc.returncode == 0, proc.stderr
+    assert "local1: no changes" in proc.stdout
+    (run,) = runs_started(state_dir)
+    command = json.loads(next(run.glob("artifacts/*/command")).read_text())["command"]
+    assert "--check" in command and "--diff" in command
+
+
+def test_ctrl_c_cancels_the_run(tmp_path, state_dir):
+    """SSH to a port that accepts but never speaks hangs; SIGINT must cancel cleanly."""
+    import signal
+    import socket
+    import subprocess
+    import time
+
+    from tests.conftest import GPUSTACK, ROOT
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    port = server.getsockname()[1]
+    inv = tmp_path / "hang.ini"
+    inv.write_text(f"[gpu_nodes]\nsilent ansible_host=127.0.0.1 ansible_port={port}\n")
+    proc = subprocess.Popen(
+        [*GPUSTACK, "install", str(inv)], cwd=ROOT, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not runs_started(state_dir) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(2)  # ansible-playbook is now waiting on the silent SSH server
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+        assert proc.returncode == 130, out + err
+        assert "Traceback" not in err
+        assert "Artifacts of this run:" in err
+        assert time.monotonic() - started < 15, "cancel must not wait for the SSH timeout"
+    finally:
+        proc.kill()
+        server.close()
