@@ -34,6 +34,8 @@ def _validate(opts: HostOptions):
     """All input checks happen here, before anything runs on a host."""
     if opts.output not in OUTPUTS:
         raise BadInput(f"unknown --output {opts.output!r}", "use --output text or --output json")
+    if opts.report:
+        _check_writable(opts.report)
     extravars = parse_extra_vars(opts.extra_vars)
     inventory = load_inventory(opts.inventory, opts.limit)
     kubeconfig = opts.kubeconfig or os.environ.get("KUBECONFIG")
@@ -43,6 +45,14 @@ def _validate(opts: HostOptions):
             "pass the path of a kubeconfig file, or leave --kubeconfig out",
         )
     return inventory, extravars, kubeconfig
+
+
+def _check_writable(report: str) -> None:
+    parent = Path(report).expanduser().resolve().parent
+    while not parent.exists():
+        parent = parent.parent
+    if Path(report).expanduser().is_dir() or not os.access(parent, os.W_OK):
+        raise BadInput(f"cannot write report {report}", "choose a writable file path for --report")
 
 
 def _run(opts: HostOptions, playbook: str, title: str, check=False, diff=False) -> tuple:

@@ -33,6 +33,7 @@ def bad_cases(tmp_path, inv):
         (["install", str(inv), "--output", "xml"], "unknown --output 'xml'"),
         (["install", str(inv), "--limit", "nosuch"], "matches no host"),
         (["install", str(inv), "--kubeconfig", str(tmp_path / "nokube")], "kubeconfig"),
+        (["install", str(inv), "--report", str(tmp_path)], "cannot write report"),
         (["install"], "Missing argument"),
         (["install", str(inv), "--bogus"], "No such option"),
         (["lab", "up", "--os", "debian99"], "unknown --os 'debian99'"),
