@@ -200,6 +200,14 @@ fi
 exec /sbin/init "$@"
 EOS
 chmod 755 {INIT_CGROUP2}
+# Nodes share one apt archive cache, and apt-get gives up at once on an archive lock held by
+# another node: make apt-get wait for its turn (lab only).
+dpkg-divert --local --rename --add /usr/bin/apt-get
+cat > /usr/bin/apt-get <<'EOS'
+#!/bin/sh
+exec flock /var/cache/apt/archives/.gpustack-lab.lock /usr/bin/apt-get.distrib "$@"
+EOS
+chmod 755 /usr/bin/apt-get
 mkdir -p /etc/systemd/system/ssh.service.d /root/.ssh
 chmod 700 /root/.ssh
 cat > /etc/systemd/system/ssh.service.d/10-hostkeys.conf <<'EOS'

@@ -1,0 +1,194 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Add (or remove again) archive components on existing APT sources, structurally."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: gpustack_apt_components
+short_description: Enable archive components (e.g. non-free) on the host's existing APT sources
+description:
+  - Finds the APT sources (one-line C(.list) and deb822 C(.sources)) that serve one of I(suites)
+    with the C(main) component and adds the missing I(components) to them, keeping every other
+    field, comment and entry as it was. Works on whatever mirror the host already uses.
+  - Records what it added in I(state_file), so I(state=absent) removes exactly that.
+  - Supports check mode and diff mode; keeps a backup of each changed file when I(backup).
+options:
+  components: {type: list, elements: str, required: true, description: Components to add.}
+  suites: {type: list, elements: str, required: true, description: Suites whose sources change.}
+  state: {type: str, default: present, choices: [present, absent], description: Add or undo.}
+  state_file: {type: path, default: /var/lib/gpustack/apt-components.json, description: Record.}
+  backup: {type: bool, default: true, description: Back up changed files.}
+  sources_dir: {type: path, default: /etc/apt, description: APT configuration directory.}
+author: gpustack
+"""
+
+import glob
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def source_files(root):
+    files = []
+    main = os.path.join(root, "sources.list")
+    if os.path.isfile(main):
+        files.append(main)
+    files += sorted(glob.glob(os.path.join(root, "sources.list.d", "*.list")))
+    files += sorted(glob.glob(os.path.join(root, "sources.list.d", "*.sources")))
+    return files
+
+
+def edit_one_line(text, suites, wanted, remove):
+    """Returns (new_text, touched) for a one-line-style file."""
+    out, touched = [], []
+    for line in text.splitlines(True):
+        body = line.rstrip("\n")
+        stripped = body.strip()
+        words = stripped.split()
+        if not words or words[0] not in ("deb", "deb-src"):
+            out.append(line)
+            continue
+        idx = 1
+        if words[1].startswith("["):
+            while idx < len(words) and not words[idx].endswith("]"):
+                idx += 1
+            idx += 1
+        if len(words) < idx + 3:
+            out.append(line)
+            continue
+        uri, suite, comps = words[idx], words[idx + 1], words[idx + 2:]
+        if suite not in suites or "main" not in comps:
+            out.append(line)
+            continue
+        if remove:
+            new = [c for c in comps if c not in wanted]
+        else:
+            new = comps + [c for c in wanted if c not in comps]
+        if new != comps:
+            touched.append({"uris": uri, "suites": suite,
+                            "added": [c for c in new if c not in comps]})
+            indent = body[: len(body) - len(body.lstrip())]
+            line = indent + " ".join(words[: idx + 2] + new) + ("\n" if line.endswith("\n") else "")
+        out.append(line)
+    return "".join(out), touched
+
+
+def edit_deb822(text, suites, wanted, remove):
+    """Returns (new_text, touched) for a deb822 .sources file, stanza by stanza."""
+    stanzas = text.split("\n\n")
+    touched = []
+    for i, stanza in enumerate(stanzas):
+        fields, order = {}, []
+        for n, line in enumerate(stanza.split("\n")):
+            if line and not line[0].isspace() and not line.startswith("#") and ":" in line:
+                key = line.split(":", 1)[0].strip().lower()
+                fields[key] = (n, line.split(":", 1)[1].strip())
+                order.append(key)
+        types = fields.get("types", (0, ""))[1].split()
+        stanza_suites = fields.get("suites", (0, ""))[1].split()
+        if "components" not in fields or "deb" not in types:
+            continue
+        if fields.get("enabled", (0, "yes"))[1].lower() == "no":
+            continue
+        comps = fields["components"][1].split()
+        if not set(stanza_suites) & set(suites) or "main" not in comps:
+            continue
+        if remove:
+            new = [c for c in comps if c not in wanted]
+        else:
+            new = comps + [c for c in wanted if c not in comps]
+        if new == comps:
+            continue
+        lines = stanza.split("\n")
+        n = fields["components"][0]
+        name = lines[n].split(":", 1)[0]
+        lines[n] = "%s: %s" % (name, " ".join(new))
+        stanzas[i] = "\n".join(lines)
+        touched.append({"uris": fields.get("uris", (0, ""))[1], "suites": " ".join(stanza_suites),
+                        "added": [c for c in new if c not in comps]})
+    return "\n\n".join(stanzas), touched
+
+
+def matching_sources(files, suites):
+    found = 0
+    for path in files:
+        with open(path) as fh:
+            text = fh.read()
+        for word in suites:
+            if word in text.split():
+                found += 1
+    return found
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            components=dict(type="list", elements="str", required=True),
+            suites=dict(type="list", elements="str", required=True),
+            state=dict(type="str", default="present", choices=["present", "absent"]),
+            state_file=dict(type="path", default="/var/lib/gpustack/apt-components.json"),
+            backup=dict(type="bool", default=True),
+            sources_dir=dict(type="path", default="/etc/apt"),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    remove = p["state"] == "absent"
+    wanted = p["components"]
+    record = {}
+    if os.path.exists(p["state_file"]):
+        with open(p["state_file"]) as fh:
+            record = json.load(fh)
+    if remove:
+        # Only what gpustack added is taken away again.
+        wanted = [c for c in wanted if c in record.get("added", [])]
+    files = source_files(p["sources_dir"])
+    if not remove and not matching_sources(files, p["suites"]):
+        module.fail_json(
+            msg="no APT source for suites %s found under %s"
+            % (", ".join(p["suites"]), p["sources_dir"]),
+            hint="configure the distribution's archive, or use nvidia_driver_source=mirror",
+        )
+    changed_files, diffs, touched_all, backups = [], [], [], {}
+    for path in files:
+        with open(path) as fh:
+            before = fh.read()
+        edit = edit_deb822 if path.endswith(".sources") else edit_one_line
+        after, touched = edit(before, p["suites"], wanted, remove)
+        if after == before:
+            continue
+        changed_files.append(path)
+        touched_all += [dict(t, file=path) for t in touched]
+        diffs.append({"before": before, "after": after, "before_header": path,
+                      "after_header": path})
+        if not module.check_mode:
+            if p["backup"]:
+                backups[path] = module.backup_local(path)
+            tmp = path + ".gpustack-tmp"
+            with open(tmp, "w") as fh:
+                fh.write(after)
+            os.chmod(tmp, os.stat(path).st_mode & 0o7777)
+            module.atomic_move(tmp, path)
+    if not module.check_mode:
+        if remove and os.path.exists(p["state_file"]):
+            os.remove(p["state_file"])
+        elif not remove and changed_files:
+            state_dir = os.path.dirname(p["state_file"])
+            if not os.path.isdir(state_dir):
+                os.makedirs(state_dir, 0o755)
+            added = set(record.get("added", []))
+            for entry in touched_all:
+                added |= set(entry["added"])
+            added = sorted(added)
+            with open(p["state_file"], "w") as fh:
+                json.dump({"added": added, "suites": p["suites"]}, fh, indent=2)
+    module.exit_json(changed=bool(changed_files), files=changed_files, entries=touched_all,
+                     backups=backups, diff=diffs)
+
+
+if __name__ == "__main__":
+    main()
