@@ -163,10 +163,25 @@ def upgrade(inventory: Inventory) -> None:
     raise NotImplementedYet("upgrade", 6)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def uninstall(inventory: Inventory) -> None:
-    """Remove what gpustack installed (not implemented yet)."""
-    raise NotImplementedYet("uninstall", 7)
+@app.command()
+def uninstall(
+    inventory: Inventory,
+    components: Annotated[
+        str,
+        typer.Option(
+            "--components", help="Comma-separated: driver (toolkit, runtime, k8s land later)."
+        ),
+    ] = "driver",
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    limit: Limit = None,
+    extra_vars: ExtraVars = None,
+    output_: Output = "text",
+    report: Report = None,
+    verbose: Verbose = 0,
+) -> None:
+    """Remove what gpustack installed, in reverse lifecycle order."""
+    opts = _opts(inventory, limit, extra_vars, "", "", None, output_, report, verbose)
+    _exit(commands.uninstall(opts, components, yes))
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpustack import doctor, output
+from gpustack.config import check_extra_vars
 from gpustack.errors import BadInput, ExitCode
 from gpustack.extravars import parse_extra_vars
 from gpustack.inventory import load_inventory
@@ -37,6 +40,7 @@ def _validate(opts: HostOptions):
     if opts.report:
         _check_writable(opts.report)
     extravars = parse_extra_vars(opts.extra_vars)
+    check_extra_vars(extravars)
     inventory = load_inventory(opts.inventory, opts.limit)
     kubeconfig = opts.kubeconfig or os.environ.get("KUBECONFIG")
     if opts.kubeconfig and not Path(opts.kubeconfig).expanduser().is_file():
@@ -156,3 +160,35 @@ def _print_unreachable(result: RunResult) -> None:
             output.stdout.print(f"[red]unreachable[/] {host.name}: {host.unreachable_message}")
         for failure in host.failures:
             output.stdout.print(f"[red]failed[/] {host.name}: {failure.task}: {failure.message}")
+
+
+UNINSTALL_COMPONENTS = ("driver",)
+
+
+def uninstall(opts: HostOptions, components: str, yes: bool) -> int:
+    chosen = [c.strip() for c in components.split(",") if c.strip()]
+    unknown = [c for c in chosen if c not in ("driver", "toolkit", "runtime", "k8s")]
+    if unknown or not chosen:
+        raise BadInput(
+            f"unknown component(s) {', '.join(unknown) or components!r}",
+            "choose from driver, toolkit, runtime, k8s (comma-separated)",
+        )
+    pending = [c for c in chosen if c not in UNINSTALL_COMPONENTS]
+    if pending:
+        raise BadInput(
+            f"uninstalling {', '.join(pending)} is not implemented yet",
+            "today: --components driver",
+        )
+    inventory, _, _ = _validate(opts)
+    if not yes:
+        if not sys.stdin.isatty():
+            raise BadInput(
+                "uninstall needs confirmation", "pass --yes to confirm non-interactively"
+            )
+        answer = input(f"Remove {', '.join(chosen)} from {len(inventory.hosts)} host(s)? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            output.stderr.print("Nothing changed.")
+            return int(ExitCode.OK)
+    opts.extra_vars = [*opts.extra_vars, json.dumps({"gpustack_uninstall_components": chosen})]
+    result, *_ = _run(opts, "uninstall.yml", "gpustack uninstall")
+    return _finish("uninstall", opts, result, {"components": chosen})

@@ -140,7 +140,7 @@ def print_run(result: RunResult, verbose: int = 0) -> None:
         if host.unreachable:
             note = host.unreachable_message
         elif host.failures:
-            first = host.failures[0]
+            first = host.failures[-1]  # the final one; earlier ones may have been rescued
             note = f"{first.task}: {first.message}"
         status = host.status
         table.add_row(

@@ -207,7 +207,7 @@ def installed_driver(family):
         found = []
         for line in out.splitlines():
             parts = line.split("\t")
-            if len(parts) == 3 and parts[2].startswith("ii"):
+            if len(parts) == 3 and parts[2][:2] in ("ii", "hi"):  # installed, maybe held
                 found.append((parts[0], parts[1]))
     elif family == "RedHat" and which("rpm"):
         _, out = run(

@@ -113,6 +113,20 @@ def edit_deb822(text, suites, wanted, remove):
     return "\n\n".join(stanzas), touched
 
 
+def backup(module, path, state_dir):
+    """Keep backups out of sources.list.d, where apt would complain about them."""
+    import shutil
+    import time
+
+    target_dir = os.path.join(state_dir, "backups")
+    if not os.path.isdir(target_dir):
+        os.makedirs(target_dir, 0o700)
+    target = os.path.join(target_dir, "%s.%s" % (os.path.basename(path),
+                                                 time.strftime("%Y%m%dT%H%M%S")))
+    shutil.copy2(path, target)
+    return target
+
+
 def matching_sources(files, suites):
     found = 0
     for path in files:
@@ -143,11 +157,13 @@ def main():
     if os.path.exists(p["state_file"]):
         with open(p["state_file"]) as fh:
             record = json.load(fh)
+    suites = p["suites"]
     if remove:
-        # Only what gpustack added is taken away again.
+        # Only what gpustack added is taken away again, on the suites it added them to.
         wanted = [c for c in wanted if c in record.get("added", [])]
+        suites = record.get("suites") or suites
     files = source_files(p["sources_dir"])
-    if not remove and not matching_sources(files, p["suites"]):
+    if not remove and not matching_sources(files, suites):
         module.fail_json(
             msg="no APT source for suites %s found under %s"
             % (", ".join(p["suites"]), p["sources_dir"]),
@@ -158,7 +174,7 @@ def main():
         with open(path) as fh:
             before = fh.read()
         edit = edit_deb822 if path.endswith(".sources") else edit_one_line
-        after, touched = edit(before, p["suites"], wanted, remove)
+        after, touched = edit(before, suites, wanted, remove)
         if after == before:
             continue
         changed_files.append(path)
@@ -167,7 +183,7 @@ def main():
                       "after_header": path})
         if not module.check_mode:
             if p["backup"]:
-                backups[path] = module.backup_local(path)
+                backups[path] = backup(module, path, os.path.dirname(p["state_file"]))
             tmp = path + ".gpustack-tmp"
             with open(tmp, "w") as fh:
                 fh.write(after)
@@ -185,7 +201,7 @@ def main():
                 added |= set(entry["added"])
             added = sorted(added)
             with open(p["state_file"], "w") as fh:
-                json.dump({"added": added, "suites": p["suites"]}, fh, indent=2)
+                json.dump({"added": added, "suites": suites}, fh, indent=2)
     module.exit_json(changed=bool(changed_files), files=changed_files, entries=touched_all,
                      backups=backups, diff=diffs)
 
