@@ -67,12 +67,12 @@ def _compare_part(a, b):
             cb = _order(nb[i] if i < len(nb) else "")
             if ca != cb:
                 return -1 if ca < cb else 1
-        a, b = a[len(na):], b[len(nb):]
+        a, b = a[len(na) :], b[len(nb) :]
         da = re.match(r"^[0-9]*", a).group(0)
         db = re.match(r"^[0-9]*", b).group(0)
         if int(da or 0) != int(db or 0):
             return -1 if int(da or 0) < int(db or 0) else 1
-        a, b = a[len(da):], b[len(db):]
+        a, b = a[len(da) :], b[len(db) :]
     return 0
 
 

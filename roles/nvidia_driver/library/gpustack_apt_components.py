@@ -60,7 +60,7 @@ def edit_one_line(text, suites, wanted, remove):
         if len(words) < idx + 3:
             out.append(line)
             continue
-        uri, suite, comps = words[idx], words[idx + 1], words[idx + 2:]
+        uri, suite, comps = words[idx], words[idx + 1], words[idx + 2 :]
         if suite not in suites or "main" not in comps:
             out.append(line)
             continue
@@ -69,8 +69,9 @@ def edit_one_line(text, suites, wanted, remove):
         else:
             new = comps + [c for c in wanted if c not in comps]
         if new != comps:
-            touched.append({"uris": uri, "suites": suite,
-                            "added": [c for c in new if c not in comps]})
+            touched.append(
+                {"uris": uri, "suites": suite, "added": [c for c in new if c not in comps]}
+            )
             indent = body[: len(body) - len(body.lstrip())]
             line = indent + " ".join(words[: idx + 2] + new) + ("\n" if line.endswith("\n") else "")
         out.append(line)
@@ -108,8 +109,13 @@ def edit_deb822(text, suites, wanted, remove):
         name = lines[n].split(":", 1)[0]
         lines[n] = "%s: %s" % (name, " ".join(new))
         stanzas[i] = "\n".join(lines)
-        touched.append({"uris": fields.get("uris", (0, ""))[1], "suites": " ".join(stanza_suites),
-                        "added": [c for c in new if c not in comps]})
+        touched.append(
+            {
+                "uris": fields.get("uris", (0, ""))[1],
+                "suites": " ".join(stanza_suites),
+                "added": [c for c in new if c not in comps],
+            }
+        )
     return "\n\n".join(stanzas), touched
 
 
@@ -121,8 +127,9 @@ def backup(module, path, state_dir):
     target_dir = os.path.join(state_dir, "backups")
     if not os.path.isdir(target_dir):
         os.makedirs(target_dir, 0o700)
-    target = os.path.join(target_dir, "%s.%s" % (os.path.basename(path),
-                                                 time.strftime("%Y%m%dT%H%M%S")))
+    target = os.path.join(
+        target_dir, "%s.%s" % (os.path.basename(path), time.strftime("%Y%m%dT%H%M%S"))
+    )
     shutil.copy2(path, target)
     return target
 
@@ -179,8 +186,9 @@ def main():
             continue
         changed_files.append(path)
         touched_all += [dict(t, file=path) for t in touched]
-        diffs.append({"before": before, "after": after, "before_header": path,
-                      "after_header": path})
+        diffs.append(
+            {"before": before, "after": after, "before_header": path, "after_header": path}
+        )
         if not module.check_mode:
             if p["backup"]:
                 backups[path] = backup(module, path, os.path.dirname(p["state_file"]))
@@ -202,8 +210,13 @@ def main():
             added = sorted(added)
             with open(p["state_file"], "w") as fh:
                 json.dump({"added": added, "suites": suites}, fh, indent=2)
-    module.exit_json(changed=bool(changed_files), files=changed_files, entries=touched_all,
-                     backups=backups, diff=diffs)
+    module.exit_json(
+        changed=bool(changed_files),
+        files=changed_files,
+        entries=touched_all,
+        backups=backups,
+        diff=diffs,
+    )
 
 
 if __name__ == "__main__":

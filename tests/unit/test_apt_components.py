@@ -1,0 +1,68 @@
+"""Structured edits of APT sources by the gpustack_apt_components module."""
+
+from tests.unit.test_driver_filters import load
+
+m = load("roles/nvidia_driver/library/gpustack_apt_components.py", "gpustack_apt_components")
+SUITES = ["bookworm", "bookworm-updates", "bookworm-security"]
+NONFREE = ["contrib", "non-free", "non-free-firmware"]
+
+DEB822 = """# Debian's own archive
+Types: deb deb-src
+URIs: http://mirror.example/debian
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: http://mirror.example/debian-security
+Suites: bookworm-security
+Components: main contrib
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: https://download.docker.com/linux/debian
+Suites: bookworm
+Components: stable
+"""
+
+
+def test_deb822_adds_missing_components_and_keeps_everything_else():
+    after, touched = m.edit_deb822(DEB822, SUITES, NONFREE, remove=False)
+    assert "Components: main contrib non-free non-free-firmware" in after
+    assert after.count("Components: main contrib non-free non-free-firmware") == 2
+    assert "Components: stable" in after  # a third-party repo without main is left alone
+    assert "# Debian's own archive" in after and "Signed-By:" in after
+    assert [t["added"] for t in touched] == [NONFREE, ["non-free", "non-free-firmware"]]
+    again, touched_again = m.edit_deb822(after, SUITES, NONFREE, remove=False)
+    assert again == after and touched_again == []
+
+
+def test_deb822_remove_takes_back_only_what_was_named():
+    after, _ = m.edit_deb822(DEB822, SUITES, NONFREE, remove=False)
+    back, _ = m.edit_deb822(after, SUITES, ["non-free", "non-free-firmware"], remove=True)
+    assert "Components: main contrib\n" in back  # contrib was the user's on security
+    assert back.count("Components: main contrib") == 2
+
+
+ONE_LINE = """deb http://deb.debian.org/debian bookworm main
+# deb http://deb.debian.org/debian bookworm main
+deb [arch=amd64 signed-by=/k.gpg] http://deb.debian.org/debian-security bookworm-security main non-free
+deb http://deb.debian.org/debian sid main
+deb https://apt.example.org stable main
+"""
+
+
+def test_one_line_format():
+    after, touched = m.edit_one_line(ONE_LINE, SUITES, NONFREE, remove=False)
+    lines = after.splitlines()
+    assert (
+        lines[0]
+        == "deb http://deb.debian.org/debian bookworm main contrib non-free non-free-firmware"
+    )
+    assert lines[1].startswith("# deb")  # comments untouched
+    assert lines[2] == (
+        "deb [arch=amd64 signed-by=/k.gpg] http://deb.debian.org/debian-security "
+        "bookworm-security main non-free contrib non-free-firmware"
+    )
+    assert lines[3:] == ONE_LINE.splitlines()[3:]  # other suites untouched
+    assert len(touched) == 2
