@@ -28,3 +28,12 @@ def test_every_role_has_argument_specs_and_defaults():
         options = specs["argument_specs"]["main"].get("options") or {}
         for name in options:
             assert name.startswith(role.name + "_"), f"{role.name}: {name} lacks the role prefix"
+
+
+def test_variables_reference_is_current():
+    from gpustack import varsdoc
+
+    committed = (ROOT / "docs/variables.md").read_text()
+    assert committed == varsdoc.render(ROOT / "roles"), (
+        "docs/variables.md is stale: run `python -m gpustack.varsdoc docs/variables.md`"
+    )

@@ -1,0 +1,95 @@
+"""Repository, key and pin files of the cuda_repo and mirror sources, rendered by Ansible.
+
+NVIDIA's repository cannot be reached from here, so these tests stop at the rendered content
+(the lab tests show the role failing cleanly at that boundary).
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+PLAYBOOK = ROOT / "tests/unit/playbooks/render_driver_repo.yml"
+
+
+def render(tmp_path, os_id, version_id, arch, os_vars, **extra):
+    facts = {
+        "os": {"id": os_id, "version_id": version_id},
+        "arch": arch,
+        "kernel": "6.8.0-45-generic",
+    }
+    variables = {"gpustack_preflight": facts, "os_vars": os_vars, "out": str(tmp_path),
+                 "__nvidia_driver_target": extra.pop("target", "580.95.05-1"), **extra}  # fmt: skip
+    env = {**os.environ, "ANSIBLE_FILTER_PLUGINS": str(ROOT / "roles/nvidia_driver/filter_plugins"),
+           "ANSIBLE_LOCALHOST_WARNING": "False", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False"}  # fmt: skip
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), str(PLAYBOOK), "-e", json.dumps(variables)],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    files = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    return files, json.loads(files["derived.json"])
+
+
+def test_cuda_repo_ubuntu(tmp_path):
+    files, derived = render(tmp_path, "ubuntu", "22.04", "x86_64", "Ubuntu")
+    url = "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64"
+    assert f"URIs: {url}/\nSuites: /\n" in files["repo.sources"]
+    assert "Signed-By: /usr/share/keyrings/gpustack-nvidia-cuda.gpg" in files["repo.sources"]
+    assert derived["key_url"] == f"{url}/3bf863cc.pub"
+    assert derived["fingerprint"] == "EB693B3035CD5710E231E123A4B469963BF863CC"
+    assert derived["branch"] == "580" and derived["packages"] == ["cuda-drivers-580"]
+    assert "Pin: version 580.95.05-1\nPin-Priority: 1001" in files["driver.pref"]
+    assert "Package: nvidia-* libnvidia-* libcuda* cuda-drivers*" in files["driver.pref"]
+
+
+def test_cuda_repo_debian_arm_and_open_modules(tmp_path):
+    files, derived = render(tmp_path, "debian", "12", "aarch64", "Debian",
+                            nvidia_driver_open_kernel_modules=True, nvidia_driver_branch="570")  # fmt: skip
+    assert "/cuda/repos/debian12/sbsa/" in files["repo.sources"]
+    assert derived["packages"] == ["nvidia-open-570"]
+
+
+def test_cuda_repo_rocky(tmp_path):
+    files, derived = render(tmp_path, "rocky", "9.4", "x86_64", "RedHat")
+    base = "https://developer.download.nvidia.com/compute/cuda/repos/rhel9/x86_64"
+    assert f"baseurl={base}\n" in files["repo.repo"]
+    assert f"gpgkey={base}/D42D0685.pub" in files["repo.repo"]
+    assert "gpgcheck=1" in files["repo.repo"]
+    assert derived["fingerprint"] == "D42D0685"  # key id only: see docs/variables.md
+
+
+def test_mirror_uses_its_own_url_key_and_fingerprint(tmp_path):
+    files, derived = render(
+        tmp_path, "ubuntu", "24.04", "x86_64", "Ubuntu", nvidia_driver_source="mirror",
+        nvidia_driver_mirror_url="https://mirror.corp.example/cuda/repos/",
+        nvidia_driver_mirror_key_url="https://mirror.corp.example/keys/nvidia.asc",
+        nvidia_driver_mirror_key_fingerprint="0123456789ABCDEF0123456789ABCDEF01234567",
+    )  # fmt: skip
+    assert (
+        "URIs: https://mirror.corp.example/cuda/repos/ubuntu2404/x86_64/\n" in files["repo.sources"]
+    )
+    assert derived["key_url"] == "https://mirror.corp.example/keys/nvidia.asc"
+    assert derived["fingerprint"] == "0123456789ABCDEF0123456789ABCDEF01234567"
+
+
+def test_mirror_defaults_to_the_cuda_key_under_the_mirror(tmp_path):
+    _, derived = render(tmp_path, "debian", "12", "x86_64", "Debian", nvidia_driver_source="mirror",
+                        nvidia_driver_mirror_url="http://10.0.0.5/cuda")  # fmt: skip
+    assert derived["key_url"] == "http://10.0.0.5/cuda/debian12/x86_64/3bf863cc.pub"
+    assert derived["fingerprint"] == "EB693B3035CD5710E231E123A4B469963BF863CC"
+
+
+@pytest.mark.parametrize(("os_vars", "os_id", "version", "packages"), [
+    ("Debian", "debian", "12", ["nvidia-kernel-dkms", "nvidia-smi", "libcuda1"]),
+    ("Ubuntu", "ubuntu", "22.04", ["nvidia-headless-535-server", "nvidia-utils-535-server"]),
+])  # fmt: skip
+def test_distro_packages(tmp_path, os_vars, os_id, version, packages):
+    _, derived = render(tmp_path, os_id, version, "x86_64", os_vars, nvidia_driver_source="distro",
+                        nvidia_driver_version="535.261.03-1")  # fmt: skip
+    assert derived["packages"] == packages and derived["branch"] == "535"
