@@ -169,7 +169,7 @@ def uninstall(
     components: Annotated[
         str,
         typer.Option(
-            "--components", help="Comma-separated: driver (toolkit, runtime, k8s land later)."
+            "--components", help="Comma-separated: driver, toolkit, runtime (k8s lands later)."
         ),
     ] = "driver",
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,

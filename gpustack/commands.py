@@ -162,7 +162,7 @@ def _print_unreachable(result: RunResult) -> None:
             output.stdout.print(f"[red]failed[/] {host.name}: {failure.task}: {failure.message}")
 
 
-UNINSTALL_COMPONENTS = ("driver",)
+UNINSTALL_COMPONENTS = ("driver", "toolkit", "runtime")
 
 
 def uninstall(opts: HostOptions, components: str, yes: bool) -> int:

@@ -58,7 +58,7 @@ def bad_cases(tmp_path, inv):
         ),
         (["install", str(inv), "-e", "gpustack_require_gpu=maybe"], "not a boolean"),
         (["uninstall", str(inv), "--components", "kernel"], "unknown component"),
-        (["uninstall", str(inv), "--components", "toolkit"], "not implemented yet"),
+        (["uninstall", str(inv), "--components", "k8s"], "not implemented yet"),
         (["uninstall", str(inv)], "needs confirmation"),
     ]
 

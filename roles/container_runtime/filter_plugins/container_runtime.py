@@ -1,0 +1,240 @@
+# -*- coding: utf-8 -*-
+"""Merge-safe runtime configuration, computed on the controller with real TOML/JSON parsers.
+
+containerd: the nvidia runtime goes into a drop-in (``imports``). containerd before 2.1 merges
+imported files per top-level plugin table (an imported ``plugins."io.containerd.grpc.v1.cri"``
+replaces the main file's whole table), so for those versions the drop-in carries the main
+file's entire CRI runtime table plus the nvidia entry — and, because a decoded ``runtimes``
+table also replaces containerd's built-in map, every runtime that exists only as a default
+(runc, on a distribution config) too. From 2.1 on imports merge deeply and the drop-in holds
+only the nvidia entry. The nvidia entry copies runc's effective settings (from
+``containerd config dump``), SystemdCgroup included, and points BinaryName at the NVIDIA runtime.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import copy
+import json
+import re
+
+try:
+    import tomllib
+except ImportError:  # pragma: no cover - controller Python < 3.11
+    tomllib = None
+
+try:
+    from ansible.errors import AnsibleFilterError
+except ImportError:  # pragma: no cover
+    AnsibleFilterError = ValueError
+
+import tomlkit
+
+CRI_KEYS = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
+DUMP_RUNTIME_KEYS = ("io.containerd.cri.v1.runtime", "io.containerd.grpc.v1.cri", "cri")
+
+
+def containerd_release(version):
+    """(major, minor) from '1.6.20~ds1', 'v2.1.4', '2.1.9+unknown'."""
+    match = re.search(r"(\d+)\.(\d+)", str(version or ""))
+    if not match:
+        raise AnsibleFilterError("cannot read the containerd version from %r" % version)
+    return int(match.group(1)), int(match.group(2))
+
+
+def _plain(value):
+    """tomlkit items to plain Python containers."""
+    return value.unwrap() if hasattr(value, "unwrap") else copy.deepcopy(value)
+
+
+def _dump_runtimes(dump_text):
+    """The runtimes table and default runtime name of `containerd config dump` output."""
+    try:
+        dump = tomllib.loads(dump_text) if tomllib else _plain(tomlkit.parse(dump_text))
+    except Exception as exc:
+        raise AnsibleFilterError("cannot parse `containerd config dump` output: %s" % exc) from None
+    plugins = dump.get("plugins", {})
+    for key in DUMP_RUNTIME_KEYS:
+        cri = plugins.get(key, {}).get("containerd")
+        if cri is not None:
+            return cri.get("runtimes", {}), cri.get("default_runtime_name", "runc")
+    return {}, "runc"
+
+
+def nvidia_runtime_entry(dump_text, binary, existing=None):
+    """runc's effective entry, with the NVIDIA runtime as the binary it starts."""
+    runtimes, default = _dump_runtimes(dump_text)
+    # Base on runc, not on the default runtime: once nvidia is the default, copying it would
+    # make the result depend on the previous run.
+    base = runtimes.get("runc") or runtimes.get(default) or {}
+    entry = copy.deepcopy(base)
+    for key, value in (existing or {}).items():
+        if key != "options":
+            entry[key] = copy.deepcopy(value)
+    options = dict(entry.get("options") or {})
+    options.update((existing or {}).get("options") or {})
+    options["BinaryName"] = binary
+    entry["runtime_type"] = "io.containerd.runc.v2"
+    entry["options"] = options
+    return entry
+
+
+def containerd_nvidia(
+    main_text,
+    dump_text,
+    containerd_version,
+    binary="/usr/bin/nvidia-container-runtime",
+    runtime_name="nvidia",
+    set_default=False,
+    dropin_glob="/etc/containerd/conf.d/*.toml",
+    main_exists=True,
+    extra=None,
+):
+    """Compute the new main config (imports added) and the drop-in; pure, deterministic."""
+    major, minor = containerd_release(containerd_version)
+    deep_merge = (major, minor) >= (2, 1)
+    if main_exists and (main_text or "").strip():
+        try:
+            main = tomlkit.parse(main_text)
+        except Exception as exc:
+            raise AnsibleFilterError("cannot parse the containerd config: %s" % exc) from None
+        version = int(main.get("version", 1))
+    else:
+        main = tomlkit.document()
+        version = 3 if major >= 2 else 2
+        main["version"] = version
+    if version not in CRI_KEYS:
+        raise AnsibleFilterError("containerd config version %s is not supported" % version)
+    key = CRI_KEYS[version]
+
+    main_cri = _plain(main.get("plugins", {}).get(key, {})) if "plugins" in main else {}
+    existing = main_cri.get("containerd", {}).get("runtimes", {}).get(runtime_name)
+    entry = nvidia_runtime_entry(dump_text, binary, existing)
+    for name, value in (extra or {}).items():
+        if name == "options" and isinstance(value, dict):
+            entry["options"].update(value)
+        else:
+            entry[name] = copy.deepcopy(value)
+
+    cri = copy.deepcopy(main_cri) if not deep_merge else {}
+    section = cri.setdefault("containerd", {})
+    runtimes = section.setdefault("runtimes", {})
+    if not deep_merge:
+        # Before 2.1 a decoded `runtimes` table replaces the built-in map, so runtimes that only
+        # exist as defaults (runc on a distribution config) would vanish: carry them over.
+        for name, value in _dump_runtimes(dump_text)[0].items():
+            if name != runtime_name and name not in runtimes:
+                runtimes[name] = copy.deepcopy(value)
+    runtimes[runtime_name] = entry
+    if set_default:
+        section["default_runtime_name"] = runtime_name
+
+    dropin = tomlkit.document()
+    dropin.add(
+        tomlkit.comment(
+            "Managed by gpustack: the %s runtime for containerd %d.%d (%s merge of imports)."
+            % (runtime_name, major, minor, "deep" if deep_merge else "per-plugin-table")
+        )
+    )
+    if version != 1:
+        dropin["version"] = version
+    dropin["plugins"] = {key: cri}
+
+    imports = main.get("imports")
+    if imports is None:
+        main["imports"] = [dropin_glob]
+    elif dropin_glob not in list(imports):
+        imports.append(dropin_glob)
+    return {
+        "main": tomlkit.dumps(main),
+        "dropin": tomlkit.dumps(dropin),
+        "config_version": version,
+        "plugin_key": key,
+        "merge": "deep" if deep_merge else "replace",
+    }
+
+
+def containerd_without_nvidia(
+    main_text, dropin_glob="/etc/containerd/conf.d/*.toml", created=False
+):
+    """Undo: the main config without the import gpustack added (None: remove the file)."""
+    if created:
+        return None
+    main = tomlkit.parse(main_text)
+    imports = main.get("imports")
+    if imports is not None and dropin_glob in list(imports):
+        remaining = [i for i in imports if i != dropin_glob]
+        if remaining:
+            imports.clear()
+            imports.extend(remaining)
+        else:
+            del main["imports"]
+    return tomlkit.dumps(main)
+
+
+def _indent(text):
+    for line in (text or "").splitlines()[1:]:
+        stripped = line.lstrip(" ")
+        if stripped and len(stripped) < len(line):
+            return len(line) - len(stripped)
+    return 2
+
+
+def docker_daemon_nvidia(
+    text, binary="/usr/bin/nvidia-container-runtime", set_default=False, runtime_name="nvidia"
+):
+    """daemon.json with the nvidia runtime merged in; every other key kept, in order."""
+    try:
+        data = json.loads(text) if (text or "").strip() else {}
+    except ValueError as exc:
+        raise AnsibleFilterError("/etc/docker/daemon.json is not valid JSON: %s" % exc) from None
+    if not isinstance(data, dict):
+        raise AnsibleFilterError("/etc/docker/daemon.json must hold a JSON object")
+    before = copy.deepcopy(data)
+    runtimes = data.setdefault("runtimes", {})
+    entry = dict(runtimes.get(runtime_name) or {})
+    entry["path"] = binary
+    entry.setdefault("args", [])
+    runtimes[runtime_name] = entry
+    if set_default:
+        data["default-runtime"] = runtime_name
+    if data == before and (text or "").strip():
+        return text  # nothing to add: keep the file byte for byte
+    return json.dumps(data, indent=_indent(text)) + "\n"
+
+
+def docker_daemon_without_nvidia(text, runtime_name="nvidia", original_default=None):
+    data = json.loads(text) if (text or "").strip() else {}
+    runtimes = data.get("runtimes", {})
+    runtimes.pop(runtime_name, None)
+    if not runtimes:
+        data.pop("runtimes", None)
+    if data.get("default-runtime") == runtime_name:
+        if original_default:
+            data["default-runtime"] = original_default
+        else:
+            data.pop("default-runtime")
+    return json.dumps(data, indent=_indent(text)) + "\n"
+
+
+def flatten(value, prefix=""):
+    """{'a': {'b': 1}} -> {'a.b': 1}; lists kept as values. For comparing config dumps."""
+    out = {}
+    if isinstance(value, dict):
+        for key, item in value.items():
+            out.update(flatten(item, "%s.%s" % (prefix, key) if prefix else str(key)))
+    else:
+        out[prefix] = value
+    return out
+
+
+class FilterModule(object):
+    def filters(self):
+        return {
+            "gpustack_containerd_nvidia": containerd_nvidia,
+            "gpustack_containerd_without_nvidia": containerd_without_nvidia,
+            "gpustack_docker_daemon_nvidia": docker_daemon_nvidia,
+            "gpustack_docker_daemon_without_nvidia": docker_daemon_without_nvidia,
+            "gpustack_containerd_release": containerd_release,
+        }
