@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
+from tests.fixtures import lab_fixtures
 
 pytestmark = pytest.mark.lab
 
 LAB = f"ci{os.getpid()}"
+VARS = Path(f"/tmp/gpustack-{LAB}-vars.json")
 
 
 def ssh(inventory: Path, host: str, command: str) -> subprocess.CompletedProcess:
@@ -36,7 +38,7 @@ def ssh(inventory: Path, host: str, command: str) -> subprocess.CompletedProcess
     return subprocess.run(
         ["ssh", "-i", key, "-p", port, "-o", "StrictHostKeyChecking=no",
          "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "root@127.0.0.1", command],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
     )  # fmt: skip
 
 
@@ -58,6 +60,10 @@ def lab(tmp_path_factory):
         "--inventory", str(inventory), timeout=1800,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # NVIDIA's toolkit repository is unreachable here: install from the fixture repository.
+    repo = lab_fixtures.publish([f"gpustack-{LAB}-node1", f"gpustack-{LAB}-node2"])
+    variables = {**lab_fixtures.extra_vars(repo), "container_runtime_verify_image": ""}
+    VARS.write_text(json.dumps(variables))
     yield inventory
     run_cli("lab", "down", "--name", LAB)
 
@@ -105,25 +111,34 @@ def test_doctor_reports_real_facts_for_both_nodes(lab):
 
 
 def test_install_completes_and_second_run_changes_nothing(lab):
-    for _ in range(2):
-        proc = run_cli("install", str(lab), "--output", "json")
+    for attempt in range(2):
+        proc = run_cli("install", str(lab), "-e", f"@{VARS}", "--output", "json")
         assert proc.returncode == 0, proc.stdout + proc.stderr
         doc = json.loads(proc.stdout)
         for host in doc["hosts"].values():
-            assert host["status"] == "ok", host
-            assert host["changed"] == 0
-            assert "gpustack_preflight" in host["facts"]
+            assert host["status"] == ("changed" if attempt == 0 else "ok"), host
+            if attempt:
+                assert host["changed"] == 0, host["changes"]
+            for fact in (
+                "gpustack_preflight",
+                "gpustack_driver",
+                "gpustack_toolkit",
+                "gpustack_runtime",
+            ):
+                assert fact in host["facts"]
 
 
 def test_check_mode_and_limit(lab):
-    proc = run_cli("install", str(lab), "--check", "--diff", "--limit", f"{LAB}-node1")
+    proc = run_cli(
+        "install", str(lab), "-e", f"@{VARS}", "--check", "--diff", "--limit", f"{LAB}-node1"
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"{LAB}-node1" in proc.stdout and f"{LAB}-node2" not in proc.stdout
 
 
 def test_unreachable_host_is_reported_and_others_continue(lab):
     assert podman("stop", "-t", "2", f"gpustack-{LAB}-node2").returncode == 0
-    proc = run_cli("install", str(lab), "--output", "json")
+    proc = run_cli("install", str(lab), "-e", f"@{VARS}", "--output", "json")
     assert proc.returncode == 4, proc.stdout + proc.stderr
     doc = json.loads(proc.stdout)
     node1, node2 = doc["hosts"][f"{LAB}-node1"], doc["hosts"][f"{LAB}-node2"]
@@ -141,7 +156,7 @@ def test_lab_up_again_reuses_and_restarts_nodes(lab):
     assert lab.read_text() == before, "same nodes, same ports"
     # containerd installed earlier survived: node2 was restarted, not replaced
     assert ssh(lab, f"{LAB}-node2", "test -x /usr/bin/containerd").returncode == 0
-    assert run_cli("install", str(lab)).returncode == 0
+    assert run_cli("install", str(lab), "-e", f"@{VARS}").returncode == 0
 
 
 def test_lab_down_removes_containers_key_and_inventory(tmp_path):

@@ -173,6 +173,19 @@ def containerd_without_nvidia(
     return tomlkit.dumps(main)
 
 
+def containerd_restore(current_text, original_text, dropin_glob="/etc/containerd/conf.d/*.toml"):
+    """Undo: the original file byte for byte when nothing else changed since gpustack's edit;
+    otherwise the current file without gpustack's import (the user's later edits kept)."""
+    without = containerd_without_nvidia(current_text, dropin_glob)
+    if original_text is not None:
+        try:
+            if tomlkit.parse(without).unwrap() == tomlkit.parse(original_text).unwrap():
+                return original_text
+        except Exception:  # an unreadable record: fall back to the structural undo
+            pass
+    return without
+
+
 def _indent(text):
     for line in (text or "").splitlines()[1:]:
         stripped = line.lstrip(" ")
@@ -234,6 +247,7 @@ class FilterModule(object):
         return {
             "gpustack_containerd_nvidia": containerd_nvidia,
             "gpustack_containerd_without_nvidia": containerd_without_nvidia,
+            "gpustack_containerd_restore": containerd_restore,
             "gpustack_docker_daemon_nvidia": docker_daemon_nvidia,
             "gpustack_docker_daemon_without_nvidia": docker_daemon_without_nvidia,
             "gpustack_containerd_release": containerd_release,

@@ -1,0 +1,225 @@
+"""Toolkit and merge-safe containerd wiring on real containerd 1.6 (Debian 12), 1.7 (Debian 13)
+and 2.1 (forky), with the stand-in toolkit packages of tests/fixtures/lab_fixtures.py.
+
+For every starting configuration of the corpus: every key/value of `containerd config dump`
+before the install is unchanged after it (only `imports` and the nvidia runtime are added),
+the nvidia runtime carries runc's options, containerd runs, a container starts through
+/usr/bin/nvidia-container-runtime, a second run changes nothing, and uninstall returns the
+dump and the file to what they were.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.fixtures import lab_fixtures
+from tests.lab.test_lab import ssh
+from tests.unit.test_driver_filters import load
+
+pytestmark = pytest.mark.lab
+
+LAB = f"rt{os.getpid()}"
+NODES = {f"{LAB}-node1": "1.6", f"{LAB}-node2": "1.7", f"{LAB}-node3": "2.1"}
+BIN = "/usr/bin/nvidia-container-runtime"
+cr = load("roles/container_runtime/filter_plugins/container_runtime.py", "cr_lab")
+
+DISTRO = """version = 2
+
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    [plugins."io.containerd.grpc.v1.cri".cni]
+      bin_dir = "/usr/lib/cni"
+      conf_dir = "/etc/cni/net.d"
+  [plugins."io.containerd.internal.v1.opt"]
+    path = "/var/lib/containerd/opt"
+"""
+KUBEADM = """version = 2
+# kubeadm-style
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.9"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = true
+"""
+REGISTRY = """version = 2
+[plugins."io.containerd.grpc.v1.cri".registry.mirrors."docker.io"]
+  endpoint = ["https://mirror.example.com", "https://registry-1.docker.io"]
+[plugins."io.containerd.grpc.v1.cri".registry.configs."registry.example.com".auth]
+  username = "robot"
+  password = "s3cret"
+"""
+IMPORTS = """version = 2
+imports = ["/etc/containerd/extra.toml"]
+[plugins."io.containerd.grpc.v1.cri"]
+  max_concurrent_downloads = 7
+"""
+EXTRA = """version = 2
+[plugins."io.containerd.gc.v1.scheduler"]
+  pause_threshold = 0.05
+"""
+GPU_OPERATOR = """version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd]
+  default_runtime_name = "nvidia"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+    runtime_type = "io.containerd.runc.v2"
+    privileged_without_host_devices = false
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+      BinaryName = "/usr/local/nvidia/toolkit/nvidia-container-runtime"
+"""
+V1 = """[plugins.cri]
+  sandbox_image = "registry.k8s.io/pause:3.8"
+  [plugins.cri.containerd.runtimes.runc.options]
+    SystemdCgroup = true
+"""
+V3 = """version = 3
+[plugins.'io.containerd.cri.v1.images'.pinned_images]
+  sandbox = "registry.k8s.io/pause:3.10"
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+  SystemdCgroup = true
+"""
+CORPUS = {
+    "distro-default": DISTRO,
+    "kubeadm": KUBEADM,
+    "registry-mirrors-auth": REGISTRY,
+    "existing-imports": IMPORTS,
+    "gpu-operator-leftover": GPU_OPERATOR,
+    "no-config-file": None,
+    "version-specific": "per-node",  # v1 on containerd 1.x, v3 on 2.1
+}
+ONLY_RUNTIME = ("--skip-tags", "nvidia_driver")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    inventory = tmp_path_factory.mktemp("rt") / "rt.ini"
+    proc = run_cli("lab", "up", "--name", LAB, "--nodes", "3", "--os", "debian12,debian13,forky",
+                   "--inventory", str(inventory), timeout=1800)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for node in NODES:
+        proc = ssh(inventory, node, "apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
+                                    "apt-get install -y -qq containerd runc >/dev/null")  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+    containers = [f"gpustack-{node}" for node in NODES]
+    repo = lab_fixtures.publish(containers)
+    for container in containers:
+        lab_fixtures.import_image(container)
+    varsfile = inventory.with_suffix(".vars.json")
+    varsfile.write_text(json.dumps(lab_fixtures.extra_vars(repo)))
+    yield inventory, varsfile
+    run_cli("lab", "down", "--name", LAB)
+
+
+def start_from(inventory, node, text):
+    """Put a starting configuration in place and restart containerd on it."""
+    if text == "per-node":
+        text = V3 if NODES[node] == "2.1" else V1
+    write = ("rm -f /etc/containerd/config.toml" if text is None
+             else f"cat > /etc/containerd/config.toml <<'EOF'\n{text}EOF\n")  # fmt: skip
+    proc = ssh(inventory, node, "rm -rf /etc/containerd/conf.d /var/lib/gpustack/container_runtime.json; "
+                                f"cat > /etc/containerd/extra.toml <<'EOF'\n{EXTRA}EOF\n{write}")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        ssh(inventory, node, "systemctl restart containerd && ctr version >/dev/null").returncode
+        == 0
+    )
+    return text
+
+
+def dump(inventory, node):
+    proc = ssh(inventory, node, "containerd config dump")
+    assert proc.returncode == 0, proc.stderr
+    return tomllib.loads(proc.stdout)
+
+
+def config_text(inventory, node):
+    proc = ssh(inventory, node, "cat /etc/containerd/config.toml")
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def install(inventory, varsfile, *args):
+    proc = run_cli(
+        "install", str(inventory), *ONLY_RUNTIME, "-e", f"@{varsfile}", *args, "--output", "json"
+    )
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def runtimes_of(flat_dump):
+    key = next(k for k in flat_dump if ".containerd.runtimes." in k)
+    return key.split(".containerd.runtimes.")[0] + ".containerd.runtimes."
+
+
+@pytest.mark.parametrize("case", list(CORPUS))
+def test_corpus_keeps_every_setting_and_adds_nvidia(lab, case):
+    inventory, varsfile = lab
+    before, texts = {}, {}
+    for node in NODES:
+        texts[node] = start_from(inventory, node, CORPUS[case])
+        before[node] = dump(inventory, node)
+
+    rc, doc = install(inventory, varsfile)
+    assert rc == 0, json.dumps({h: v["failures"] for h, v in doc["hosts"].items()})
+    for node in NODES:
+        b, a = cr.flatten(before[node]), cr.flatten(dump(inventory, node))
+        prefix = runtimes_of(a)
+        changed = {k: (v, a.get(k, "<missing>")) for k, v in b.items()
+                   if a.get(k, "<missing>") != v and k != "imports"
+                   and not k.startswith(prefix + "nvidia.")}  # fmt: skip
+        assert changed == {}, f"{case} on containerd {NODES[node]} lost settings: {changed}"
+        assert a[prefix + "nvidia.options.BinaryName"] == BIN
+        assert a[prefix + "nvidia.runtime_type"] == "io.containerd.runc.v2"
+        runc_cgroup = b.get(prefix + "runc.options.SystemdCgroup")
+        if runc_cgroup is not None:
+            assert a[prefix + "nvidia.options.SystemdCgroup"] == runc_cgroup
+        facts = doc["hosts"][node]["facts"]["gpustack_runtime"]
+        assert facts["wired"] is True and facts["container_check"] == "passed", facts
+        assert ssh(inventory, node, "systemctl is-active containerd").stdout.strip() == "active"
+        assert "gpustack-verify" in ssh(inventory, node, f"cat {lab_fixtures.RUNTIME_LOG}").stdout
+
+    rc, again = install(inventory, varsfile)
+    assert rc == 0
+    assert {h: v["changed"] for h, v in again["hosts"].items()} == dict.fromkeys(NODES, 0)
+
+    proc = run_cli("uninstall", str(inventory), "--components", "runtime", "--yes")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for node in NODES:
+        assert dump(inventory, node) == before[node], f"{case}: uninstall did not restore {node}"
+        assert config_text(inventory, node) == texts[node]
+
+
+def test_rejected_config_is_rolled_back_and_containerd_keeps_running(lab):
+    inventory, varsfile = lab
+    node = f"{LAB}-node1"
+    start_from(inventory, node, KUBEADM)
+    before, text = dump(inventory, node), config_text(inventory, node)
+    bad = json.dumps({"container_runtime_nvidia_runtime_extra": {"runtime_type": 123}})
+    rc, doc = install(inventory, varsfile, "--limit", node, "-e", bad)
+    assert rc == 1
+    assert "did not accept the new configuration" in doc["hosts"][node]["failures"][-1]["message"]
+    assert config_text(inventory, node) == text
+    assert ssh(inventory, node, "test -e /etc/containerd/conf.d/99-nvidia.toml").returncode == 1
+    assert ssh(inventory, node, "systemctl is-active containerd").stdout.strip() == "active"
+    assert dump(inventory, node) == before
+
+
+def test_toolkit_pinned_held_upgraded_and_unknown_version_refused(lab):
+    inventory, varsfile = lab
+    old, new = lab_fixtures.VERSIONS
+    for version in (old, new):
+        rc, doc = install(inventory, varsfile, "-e", f"nvidia_container_toolkit_version={version}")
+        assert rc == 0
+        for node in NODES:
+            toolkit = doc["hosts"][node]["facts"]["gpustack_toolkit"]
+            assert toolkit["installed_version"] == version and toolkit["held"] is True
+            holds = ssh(inventory, node, "apt-mark showhold").stdout.split()
+            assert {"nvidia-container-toolkit", "libnvidia-container1"} <= set(holds)
+    rc, doc = install(inventory, varsfile, "-e", "nvidia_container_toolkit_version=9.9.9-1")
+    assert rc == 1
+    message = doc["hosts"][f"{LAB}-node1"]["failures"][-1]["message"]
+    assert "9.9.9-1 is not available" in message and old in message

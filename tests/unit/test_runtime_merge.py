@@ -1,0 +1,180 @@
+"""containerd and Docker merges of the container_runtime role (pure; the lab proves them live)."""
+
+import json
+import tomllib
+
+import pytest
+
+from tests.unit.test_driver_filters import load
+
+cr = load(
+    "roles/container_runtime/filter_plugins/container_runtime.py", "container_runtime_filters"
+)
+BIN = "/usr/bin/nvidia-container-runtime"
+
+DUMP_16 = """
+version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd]
+  default_runtime_name = "runc"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    privileged_without_host_devices = false
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      SystemdCgroup = true
+"""
+DUMP_21 = DUMP_16.replace("version = 2", "version = 3").replace(
+    "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"
+)
+
+KUBEADM = """# kubeadm-style, with a comment that must survive
+version = 2
+
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "registry.k8s.io/pause:3.9"  # keep me
+    [plugins."io.containerd.grpc.v1.cri".registry.mirrors."docker.io"]
+      endpoint = ["https://mirror.example.com"]
+"""
+
+
+def test_containerd_before_2_1_carries_the_whole_cri_table_and_default_runtimes():
+    out = cr.containerd_nvidia(KUBEADM, DUMP_16, "1.6.20~ds1")
+    assert out["merge"] == "replace" and out["plugin_key"] == "io.containerd.grpc.v1.cri"
+    dropin = tomllib.loads(out["dropin"])
+    cri = dropin["plugins"]["io.containerd.grpc.v1.cri"]
+    assert dropin["version"] == 2
+    assert cri["sandbox_image"] == "registry.k8s.io/pause:3.9"
+    assert cri["registry"]["mirrors"]["docker.io"]["endpoint"] == ["https://mirror.example.com"]
+    runtimes = cri["containerd"]["runtimes"]
+    assert runtimes["runc"]["options"]["SystemdCgroup"] is True  # the default runtime survives
+    nvidia = runtimes["nvidia"]
+    assert nvidia["runtime_type"] == "io.containerd.runc.v2"
+    assert nvidia["options"] == {"SystemdCgroup": True, "BinaryName": BIN}
+    assert "default_runtime_name" not in cri["containerd"]
+    main = out["main"]
+    assert main.startswith("# kubeadm-style, with a comment that must survive\nversion = 2\n")
+    assert 'imports = ["/etc/containerd/conf.d/*.toml"]' in main
+    assert "# keep me" in main
+
+
+def test_containerd_2_1_merges_deeply_so_the_dropin_is_minimal():
+    v3 = 'version = 3\n[plugins."io.containerd.cri.v1.images".pinned_images]\n  sandbox = "pause:3.10"\n'
+    out = cr.containerd_nvidia(v3, DUMP_21, "2.1.4")
+    dropin = tomllib.loads(out["dropin"])
+    assert out["merge"] == "deep"
+    assert list(dropin["plugins"]) == ["io.containerd.cri.v1.runtime"]
+    assert list(dropin["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]["runtimes"]) == [
+        "nvidia"
+    ]
+
+
+def test_version_1_config_uses_the_cri_key_and_no_version_line():
+    out = cr.containerd_nvidia('[plugins.cri]\n  sandbox_image = "pause:3.6"\n', DUMP_16, "1.6.20")
+    assert out["config_version"] == 1 and out["plugin_key"] == "cri"
+    dropin = tomllib.loads(out["dropin"])
+    assert "version" not in dropin
+    assert dropin["plugins"]["cri"]["sandbox_image"] == "pause:3.6"
+
+
+def test_no_config_file_creates_a_minimal_one():
+    out = cr.containerd_nvidia("", DUMP_21, "2.1.9+unknown", main_exists=False)
+    assert tomllib.loads(out["main"]) == {
+        "version": 3,
+        "imports": ["/etc/containerd/conf.d/*.toml"],
+    }
+
+
+def test_existing_imports_are_kept_and_the_merge_is_idempotent():
+    main = 'version = 2\nimports = ["/etc/containerd/extra.toml"]\n'
+    first = cr.containerd_nvidia(main, DUMP_16, "1.7.24")
+    assert tomllib.loads(first["main"])["imports"] == [
+        "/etc/containerd/extra.toml", "/etc/containerd/conf.d/*.toml"]  # fmt: skip
+    second = cr.containerd_nvidia(first["main"], DUMP_16, "1.7.24")
+    assert second == first
+
+
+def test_gpu_operator_leftover_nvidia_runtime_is_repointed_not_duplicated():
+    main = """version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd]
+  default_runtime_name = "nvidia"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+    runtime_type = "io.containerd.runc.v2"
+    privileged_without_host_devices = true
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+      BinaryName = "/usr/local/nvidia/toolkit/nvidia-container-runtime"
+"""
+    out = cr.containerd_nvidia(main, DUMP_16, "1.6.20")
+    containerd = tomllib.loads(out["dropin"])["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
+    assert containerd["default_runtime_name"] == "nvidia"  # the user's choice stays
+    assert containerd["runtimes"]["nvidia"]["privileged_without_host_devices"] is True
+    assert containerd["runtimes"]["nvidia"]["options"]["BinaryName"] == BIN
+
+
+def test_default_runtime_only_when_asked_and_extra_keys():
+    out = cr.containerd_nvidia(KUBEADM, DUMP_21, "2.1.0", set_default=True,
+                               extra={"options": {"ConfigPath": "/etc/nvidia/cfg.toml"}})  # fmt: skip
+    containerd = tomllib.loads(out["dropin"])["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
+    assert containerd["default_runtime_name"] == "nvidia"
+    assert containerd["runtimes"]["nvidia"]["options"]["ConfigPath"] == "/etc/nvidia/cfg.toml"
+
+
+def test_broken_config_is_refused():
+    with pytest.raises(cr.AnsibleFilterError, match="cannot parse the containerd config"):
+        cr.containerd_nvidia("version = = 2", DUMP_16, "1.6.20")
+
+
+def test_undo_takes_out_only_the_import():
+    out = cr.containerd_nvidia(KUBEADM, DUMP_16, "1.6.20")
+    assert cr.containerd_without_nvidia(out["main"]) == KUBEADM
+    assert cr.containerd_without_nvidia(out["main"], created=True) is None
+
+
+DAEMON = """{
+    "log-driver": "json-file",
+    "runtimes": {
+        "crun": {
+            "path": "/usr/bin/crun"
+        }
+    },
+    "data-root": "/srv/docker"
+}
+"""
+
+
+def test_docker_merge_keeps_every_key_order_and_indent():
+    text = cr.docker_daemon_nvidia(DAEMON, BIN)
+    data = json.loads(text)
+    assert list(data) == ["log-driver", "runtimes", "data-root"]
+    assert data["runtimes"] == {
+        "crun": {"path": "/usr/bin/crun"},
+        "nvidia": {"path": BIN, "args": []},
+    }
+    assert '\n    "log-driver"' in text  # 4-space indent kept
+    assert "default-runtime" not in data
+    assert cr.docker_daemon_nvidia(text, BIN) == text  # second run: byte for byte
+    assert (
+        json.loads(cr.docker_daemon_nvidia(DAEMON, BIN, set_default=True))["default-runtime"]
+        == "nvidia"
+    )
+
+
+def test_docker_merge_from_nothing_and_undo():
+    text = cr.docker_daemon_nvidia("", BIN)
+    assert json.loads(text) == {"runtimes": {"nvidia": {"path": BIN, "args": []}}}
+    undone = cr.docker_daemon_without_nvidia(cr.docker_daemon_nvidia(DAEMON, BIN, True))
+    assert json.loads(undone) == json.loads(DAEMON)
+
+
+@pytest.mark.parametrize("bad", ["{", "[1, 2]"])
+def test_docker_invalid_daemon_json_is_refused(bad):
+    with pytest.raises(cr.AnsibleFilterError, match=r"daemon\.json"):
+        cr.docker_daemon_nvidia(bad, BIN)
+
+
+def test_restore_gives_back_the_original_bytes_unless_edited_since():
+    original = 'version = 2\n# kubeadm-style\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "p:1"\n'
+    merged = cr.containerd_nvidia(original, DUMP_16, "1.6.20")["main"]
+    assert cr.containerd_restore(merged, original) == original
+    edited = merged.replace('"p:1"', '"p:2"')
+    restored = cr.containerd_restore(edited, original)
+    assert '"p:2"' in restored and "conf.d" not in restored

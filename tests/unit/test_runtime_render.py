@@ -1,0 +1,53 @@
+"""CRI-O drop-in and k3s/RKE2 config.toml.tmpl, rendered by Ansible (no CRI-O or k3s here)."""
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+
+def render(tmp_path, **variables):
+    variables = {"out": str(tmp_path), "__container_runtime_k3s_version": 2, **variables}
+    env = {**os.environ, "ANSIBLE_LOCALHOST_WARNING": "False",
+           "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False"}  # fmt: skip
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"),
+         str(ROOT / "tests/unit/playbooks/render_runtime.yml"), "-e", json.dumps(variables)],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return (tmp_path / "crio.toml").read_text(), (tmp_path / "config.toml.tmpl").read_text()
+
+
+def test_crio_dropin(tmp_path):
+    crio, _ = render(tmp_path)
+    data = tomllib.loads(crio)
+    assert data == {
+        "crio": {
+            "runtime": {
+                "runtimes": {
+                    "nvidia": {
+                        "runtime_path": "/usr/bin/nvidia-container-runtime",
+                        "runtime_type": "oci",
+                    }
+                }
+            }
+        }
+    }
+    crio, _ = render(tmp_path, container_runtime_nvidia_default=True)
+    assert tomllib.loads(crio)["crio"]["runtime"]["default_runtime"] == "nvidia"
+
+
+def test_k3s_template_extends_the_base_and_follows_the_config_version(tmp_path):
+    _, tmpl = render(tmp_path)
+    assert tmpl.startswith('{{ template "base" . }}\n')
+    assert "[plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.'nvidia'.options]" in tmpl
+    assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in tmpl
+    assert "SystemdCgroup = {{ .SystemdCgroup }}" in tmpl
+    assert "default_runtime_name" not in tmpl
+    _, tmpl = render(tmp_path, __container_runtime_k3s_version=3)
+    assert "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.'nvidia']" in tmpl
