@@ -135,7 +135,9 @@ def start_from(inventory, node, text):
 def dump(inventory, node):
     proc = ssh(inventory, node, "containerd config dump")
     assert proc.returncode == 0, proc.stderr
-    return tomllib.loads(proc.stdout)
+    data = tomllib.loads(proc.stdout)
+    data["imports"] = sorted(data.get("imports", []))  # containerd prints them in map order
+    return data
 
 
 def config_text(inventory, node):

@@ -178,3 +178,10 @@ def test_restore_gives_back_the_original_bytes_unless_edited_since():
     edited = merged.replace('"p:1"', '"p:2"')
     restored = cr.containerd_restore(edited, original)
     assert '"p:2"' in restored and "conf.d" not in restored
+
+
+def test_dumps_compare_by_content_not_by_map_order():
+    a = 'imports = ["/a", "/b"]\n[x.runtimes.runc]\nt = 1\n[x.runtimes.nvidia]\nt = 2\n'
+    b = 'imports = ["/b", "/a"]\n[x.runtimes.nvidia]\nt = 2\n[x.runtimes.runc]\nt = 1\n'
+    assert cr.toml_canonical(a) == cr.toml_canonical(b)
+    assert cr.toml_canonical(a) != cr.toml_canonical(a.replace("t = 2", "t = 3"))

@@ -231,6 +231,18 @@ def docker_daemon_without_nvidia(text, runtime_name="nvidia", original_default=N
     return json.dumps(data, indent=_indent(text)) + "\n"
 
 
+def toml_canonical(text):
+    """One stable string per TOML document: `containerd config dump` prints Go maps (and the
+    `imports` list) in random order, so two dumps of one configuration can differ as text."""
+    try:
+        data = tomllib.loads(text) if tomllib else _plain(tomlkit.parse(text))
+    except Exception:
+        return text
+    if isinstance(data.get("imports"), list):
+        data["imports"] = sorted(data["imports"])  # containerd lists them in map order too
+    return json.dumps(data, sort_keys=True, default=str)
+
+
 def flatten(value, prefix=""):
     """{'a': {'b': 1}} -> {'a.b': 1}; lists kept as values. For comparing config dumps."""
     out = {}
@@ -251,4 +263,5 @@ class FilterModule(object):
             "gpustack_docker_daemon_nvidia": docker_daemon_nvidia,
             "gpustack_docker_daemon_without_nvidia": docker_daemon_without_nvidia,
             "gpustack_containerd_release": containerd_release,
+            "gpustack_toml_canonical": toml_canonical,
         }
