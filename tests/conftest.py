@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -31,3 +32,14 @@ def run_cli(*args: str, env: dict | None = None, timeout: int = 600) -> subproce
 def runs_started(state_dir: Path) -> list[Path]:
     runs = state_dir / "runs"
     return sorted(runs.iterdir()) if runs.exists() else []
+
+
+def run_playbook(playbook: Path, variables: dict, **env: str) -> subprocess.CompletedProcess:
+    """Run a controller-only test playbook with the venv's ansible-playbook."""
+    merged = {**os.environ, "ANSIBLE_LOCALHOST_WARNING": "False",
+              "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False", **env}  # fmt: skip
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), str(playbook), "-e",
+         json.dumps(variables)],
+        capture_output=True, text=True, env=merged, timeout=120,
+    )  # fmt: skip

@@ -5,14 +5,10 @@ NVIDIA's repository cannot be reached from here, so these tests stop at the rend
 """
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_playbook
 
 PLAYBOOK = ROOT / "tests/unit/playbooks/render_driver_repo.yml"
 
@@ -25,12 +21,8 @@ def render(tmp_path, os_id, version_id, arch, os_vars, **extra):
     }
     variables = {"gpustack_preflight": facts, "os_vars": os_vars, "out": str(tmp_path),
                  "__nvidia_driver_target": extra.pop("target", "580.95.05-1"), **extra}  # fmt: skip
-    env = {**os.environ, "ANSIBLE_FILTER_PLUGINS": str(ROOT / "roles/nvidia_driver/filter_plugins"),
-           "ANSIBLE_LOCALHOST_WARNING": "False", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False"}  # fmt: skip
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"), str(PLAYBOOK), "-e", json.dumps(variables)],
-        capture_output=True, text=True, env=env, timeout=120,
-    )  # fmt: skip
+    proc = run_playbook(PLAYBOOK, variables,
+                        ANSIBLE_FILTER_PLUGINS=str(ROOT / "roles/nvidia_driver/filter_plugins"))  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     files = {p.name: p.read_text() for p in tmp_path.iterdir()}
     return files, json.loads(files["derived.json"])

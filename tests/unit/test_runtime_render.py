@@ -1,24 +1,13 @@
 """CRI-O drop-in and k3s/RKE2 config.toml.tmpl, rendered by Ansible (no CRI-O or k3s here)."""
 
-import json
-import os
-import subprocess
-import sys
 import tomllib
-from pathlib import Path
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_playbook
 
 
 def render(tmp_path, **variables):
     variables = {"out": str(tmp_path), "__container_runtime_k3s_version": 2, **variables}
-    env = {**os.environ, "ANSIBLE_LOCALHOST_WARNING": "False",
-           "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False"}  # fmt: skip
-    proc = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-playbook"),
-         str(ROOT / "tests/unit/playbooks/render_runtime.yml"), "-e", json.dumps(variables)],
-        capture_output=True, text=True, env=env, timeout=120,
-    )  # fmt: skip
+    proc = run_playbook(ROOT / "tests/unit/playbooks/render_runtime.yml", variables)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return (tmp_path / "crio.toml").read_text(), (tmp_path / "config.toml.tmpl").read_text()
 
