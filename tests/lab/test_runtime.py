@@ -122,7 +122,8 @@ def start_from(inventory, node, text):
         text = V3 if NODES[node] == "2.1" else V1
     write = ("rm -f /etc/containerd/config.toml" if text is None
              else f"cat > /etc/containerd/config.toml <<'EOF'\n{text}EOF\n")  # fmt: skip
-    proc = ssh(inventory, node, "rm -rf /etc/containerd/conf.d /var/lib/gpustack/container_runtime.json; "
+    proc = ssh(inventory, node, "rm -rf /etc/containerd/conf.d /var/lib/gpustack/container_runtime.json "
+                                "/var/lib/gpustack/containerd-config.toml.orig; "
                                 f"cat > /etc/containerd/extra.toml <<'EOF'\n{EXTRA}EOF\n{write}")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert (
@@ -133,7 +134,8 @@ def start_from(inventory, node, text):
 
 
 def dump(inventory, node):
-    proc = ssh(inventory, node, "containerd config dump")
+    proc = ssh(inventory, node, "f=/etc/containerd/config.toml; [ -e $f ] || f=/dev/null; "
+                                "containerd --config $f config dump")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     data = tomllib.loads(proc.stdout)
     data["imports"] = sorted(data.get("imports", []))  # containerd prints them in map order
