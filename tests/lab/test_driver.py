@@ -19,7 +19,8 @@ pytestmark = pytest.mark.lab
 
 LAB = f"drv{os.getpid()}"
 OLD, NEW = "535.261.03-1", "535.309.01-0+deb12u1"
-DISTRO = ("-e", "nvidia_driver_source=distro")
+# Only the driver role (preflight always runs): the toolkit and runtime have their own suite.
+DISTRO = ("-e", "nvidia_driver_source=distro", "--tags", "nvidia_driver")
 SNAPSHOT = (
     "dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n'; "
     "find /etc/apt /etc/modprobe.d -type f | sort | xargs md5sum"
@@ -139,7 +140,7 @@ def test_cuda_repo_is_tried_and_fails_cleanly_at_the_network_boundary(lab):
     """NVIDIA's repository is unreachable here: the role must fail on the key fetch, clearly,
     and leave no repository file behind."""
     host = nodes()[1]
-    doc = json.loads(run_cli("install", str(lab), "--limit", host, "-e", "nvidia_driver_source=mirror",
+    doc = json.loads(run_cli("install", str(lab), "--limit", host, "--tags", "nvidia_driver", "-e", "nvidia_driver_source=mirror",
                              "-e", "nvidia_driver_mirror_url=http://127.0.0.1:9/cuda", "--output", "json").stdout)  # fmt: skip
     failure = doc["hosts"][host]["failures"][-1]
     assert "127.0.0.1:9/cuda/debian12/x86_64/3bf863cc.pub" in failure["message"]
@@ -180,7 +181,7 @@ def test_debian13_installs_the_550_branch(tmp_path):
     try:
         assert run_cli("lab", "up", "--name", name, "--nodes", "1", "--os", "debian13",
                        "--inventory", str(inventory), timeout=1800).returncode == 0  # fmt: skip
-        doc = install(inventory, "-e", "nvidia_driver_branch=550")
+        doc = install(inventory, "-e", "nvidia_driver_branch=550")  # DISTRO limits it to the driver
         assert doc["rc"] == 0, doc
         facts = driver(doc, f"{name}-node1")
         assert facts["installed_version"].startswith("550.")
