@@ -102,7 +102,6 @@ class RunTracker:
 
     def __init__(self, hosts: list[str]):
         self.hosts: dict[str, HostResult] = {h: HostResult(name=h) for h in hosts}
-        self.stats_seen = False
 
     def host(self, name: str) -> HostResult:
         if name not in self.hosts:
@@ -149,7 +148,6 @@ class RunTracker:
 
     def _stats(self, data: dict[str, Any]) -> None:
         """The play recap is authoritative for counts."""
-        self.stats_seen = True
         for name in set().union(
             *(data.get(k) or {} for k in ("ok", "changed", "failures", "dark", "skipped"))
         ):

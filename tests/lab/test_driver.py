@@ -21,6 +21,7 @@ LAB = f"drv{os.getpid()}"
 OLD, NEW = "535.261.03-1", "535.309.01-0+deb12u1"
 # Only the driver role (preflight always runs): the toolkit and runtime have their own suite.
 DISTRO = ("-e", "nvidia_driver_source=distro", "--tags", "nvidia_driver")
+RECORDED: dict[str, str] = {}  # state handed from the install test to the uninstall test
 SNAPSHOT = (
     "dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n'; "
     "find /etc/apt /etc/modprobe.d -type f | sort | xargs md5sum"
@@ -94,7 +95,7 @@ def test_install_pins_holds_and_is_idempotent(lab):
     again = install(lab, "-e", f"nvidia_driver_version={OLD}")
     assert again["rc"] == 0
     assert {h: v["changed"] for h, v in again["hosts"].items()} == dict.fromkeys(nodes(), 0)
-    pytest.packages_before = packages_before  # for the uninstall test below
+    RECORDED["packages_before"] = packages_before
 
 
 def test_apt_upgrade_does_not_move_the_driver(lab):
@@ -160,7 +161,7 @@ def test_uninstall_restores_the_package_set(lab):
             "dpkg-query -W -f='${Package} ${db:Status-Abbrev}\\n' | awk '$2 ~ /^[ih]i/ {print $1}' | sort",
         ).stdout
         if host == nodes()[0]:
-            assert after == pytest.packages_before
+            assert after == RECORDED["packages_before"]
         assert "nvidia" not in after
         assert ssh(lab, host, "apt-mark showhold").stdout.strip() == ""
         assert (

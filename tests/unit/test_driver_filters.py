@@ -115,3 +115,17 @@ def test_smi_gpus():
         "memory_mib": 81559,
     }
     assert f.smi_gpus("NVIDIA-SMI has failed because it couldn't communicate") == []
+
+
+def test_nvrm_version_parses_both_module_flavours():
+    assert (
+        f.nvrm_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.161.07  Sat")
+        == "535.161.07"
+    )
+    assert (
+        f.nvrm_version(
+            "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release"
+        )
+        == "580.95.05"
+    )
+    assert f.nvrm_version("") == ""

@@ -262,6 +262,5 @@ class FilterModule(object):
             "gpustack_containerd_restore": containerd_restore,
             "gpustack_docker_daemon_nvidia": docker_daemon_nvidia,
             "gpustack_docker_daemon_without_nvidia": docker_daemon_without_nvidia,
-            "gpustack_containerd_release": containerd_release,
             "gpustack_toml_canonical": toml_canonical,
         }

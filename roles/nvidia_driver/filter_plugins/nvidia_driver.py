@@ -162,6 +162,12 @@ def unload_order(modules):
     return sorted(names, key=lambda n: (rank(n), n))
 
 
+def nvrm_version(text):
+    """Loaded driver version from /proc/driver/nvidia/version ('' when none is loaded)."""
+    match = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)", text or "")
+    return match.group(1) if match else ""
+
+
 def smi_gpus(text):
     """GPUs from `nvidia-smi --query-gpu=name,uuid,memory.total --format=csv,noheader,nounits`."""
     gpus = []
@@ -183,4 +189,5 @@ class FilterModule(object):
             "nvidia_driver_branch_of": driver_branch,
             "nvidia_driver_unload_order": unload_order,
             "nvidia_driver_smi_gpus": smi_gpus,
+            "nvidia_driver_nvrm_version": nvrm_version,
         }
