@@ -184,10 +184,27 @@ def uninstall(
     _exit(commands.uninstall(opts, components, yes))
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def manifests(inventory: Inventory) -> None:
-    """Write the Kubernetes manifests gpustack would apply (not implemented yet)."""
-    raise NotImplementedYet("manifests", 5)
+@app.command()
+def manifests(
+    inventory: Inventory,
+    output_dir: Annotated[
+        str,
+        typer.Option(
+            "--output-dir",
+            "-d",
+            help="Directory for the YAML files (new, empty, or earlier gpustack manifests).",
+            show_default=False,
+        ),
+    ],
+    servicemonitor: Annotated[
+        bool,
+        typer.Option("--servicemonitor", help="Include dcgm-exporter's Prometheus ServiceMonitor."),
+    ] = False,
+    limit: Limit = None,
+    extra_vars: ExtraVars = None,
+) -> None:
+    """Write the Kubernetes manifests gpustack would apply, as YAML files; contact no cluster."""
+    _exit(commands.manifests(inventory, output_dir, servicemonitor, limit, extra_vars or []))
 
 
 @lab_app.command("up")
