@@ -138,10 +138,15 @@ class ClusterConfig(BaseModel):
     def _sharing(self) -> ClusterConfig:
         if self.time_slicing_replicas > 1 and self.mps_replicas > 1:
             raise ValueError(
-                "time-slicing and MPS are both on; the device plugin shares GPUs one way"
+                f"{VAR_PREFIX}time_slicing_replicas={self.time_slicing_replicas} and "
+                f"{VAR_PREFIX}mps_replicas={self.mps_replicas}: the device plugin shares "
+                "GPUs one way, time-slicing or MPS"
             )
         if self.mps_replicas > 1 and self.mig_strategy != "none":
-            raise ValueError("MPS sharing does not work with MIG (mig_strategy must be none)")
+            raise ValueError(
+                f"{VAR_PREFIX}mps_replicas={self.mps_replicas} with "
+                f"{VAR_PREFIX}mig_strategy={self.mig_strategy}: MPS sharing does not work with MIG"
+            )
         return self
 
     # -- derived values -------------------------------------------------------------
@@ -254,7 +259,7 @@ def _bad_input(exc: ValidationError, values: dict[str, Any]) -> BadInput:
     err = exc.errors()[0]
     message = str(err["msg"]).removeprefix("Value error, ")
     if not err["loc"]:  # a check across fields (model validator)
-        return BadInput(message, "see docs/kubernetes.md (Configuration)")
+        return BadInput(message, "set one of them back to its default (1 / none)")
     field = str(err["loc"][0])
     shown = values.get(field, err.get("input"))
     message = message[0].lower() + message[1:] if message else message
