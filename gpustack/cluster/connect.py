@@ -125,7 +125,8 @@ def connect(kubeconfig: str | None, *, required: bool = True) -> Cluster | None:
     """
     configuration = client.Configuration()
     if kubeconfig:
-        path = Path(kubeconfig).expanduser()
+        # $KUBECONFIG may list several files (the client merges them); the first must exist.
+        path = Path(kubeconfig.split(os.pathsep)[0]).expanduser()
         if not path.is_file():
             raise BadInput(
                 f"kubeconfig {kubeconfig} does not exist",
@@ -135,7 +136,7 @@ def connect(kubeconfig: str | None, *, required: bool = True) -> Cluster | None:
             data = yaml.safe_load(path.read_text(encoding="utf-8"))
             if not isinstance(data, dict):
                 raise ConfigException("not a kubeconfig (expected a YAML mapping)")
-            config.load_kube_config(config_file=str(path), client_configuration=configuration)
+            config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
         except (ConfigException, yaml.YAMLError, OSError, TypeError, ValueError, KeyError) as exc:
             reason = " ".join(str(exc).split())[:300] or type(exc).__name__
             raise BadInput(

@@ -31,7 +31,7 @@ def prepare(
     kubeconfig: str | None, inventory, extravars: dict[str, Any], *, required: bool = True
 ) -> Session | None:
     """Validate gpustack_k8s_* and reach the API server; BadInput on any mistake."""
-    config = config_from_inventory(inventory.hostvars, extravars)
+    config = config_from_inventory(inventory, extravars)  # group_vars too, as a play sees them
     cluster = connect(kubeconfig, required=required)
     if cluster is None:
         return None

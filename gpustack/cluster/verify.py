@@ -79,15 +79,28 @@ def host_gpus(facts: dict[str, Any]) -> HostGpus:
     pf = facts.get("gpustack_preflight") or {}
     count = int((pf.get("gpus") or {}).get("count") or 0)
     driver = facts.get("gpustack_driver") or {}
+    smi = facts.get("gpustack_smi") or {}  # from playbooks/verify.yml
     uuids = None
     if driver.get("gpus") is not None and str(driver.get("nvidia_smi", {}).get("rc", "0")) == "0":
         uuids = [g["uuid"] for g in driver["gpus"] if str(g.get("uuid", "")).startswith("GPU-")]
+    elif str(smi.get("rc")) == "0":
+        uuids = csv_uuids(str(smi.get("stdout") or ""))
     state = doctor.driver_state(pf) if pf else "unknown (no preflight facts)"
     if driver.get("state"):
         state = str(driver["state"])
     return HostGpus(
         count, uuids, state, bool(pf and (pf.get("driver") or {}).get("loaded_version"))
     )
+
+
+def csv_uuids(text: str) -> list[str]:
+    """Pure: UUIDs from `nvidia-smi --query-gpu=name,uuid,... --format=csv,noheader`."""
+    found = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 2 and parts[1].startswith("GPU-"):
+            found.append(parts[1])
+    return found
 
 
 _SMI_GPU = re.compile(r"^GPU \d+: .*\(UUID: (GPU-[0-9a-fA-F-]+)\)\s*$")

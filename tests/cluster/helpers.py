@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from gpustack.inventory import Inventory
+from gpustack.inventory import Inventory, load_inventory
 from gpustack.results import HostResult, RunResult
 from tests.cluster.emulator import ClusterEmulator, PodFate
 
@@ -76,14 +76,19 @@ def run_result(facts: dict[str, dict], failed: tuple[str, ...] = ()) -> RunResul
     return RunResult("site.yml", "successful", 0, "/nonexistent", hosts)
 
 
-def inventory(hosts: list[str], hostvars: dict | None = None) -> Inventory:
-    hostvars = hostvars or {}
-    return Inventory(
-        Path("/nonexistent/inventory.ini"),
-        "gpu_nodes",
-        hosts,
-        {h: hostvars.get(h, {}) for h in hosts},
-    )
+def inventory(
+    directory: Path, hosts: list[str], hostvars: dict | None = None, **group
+) -> Inventory:
+    """A real INI inventory file (local connection; flows here never run a play on it)."""
+    lines = ["[gpu_nodes]"]
+    for host in hosts:
+        extra = " ".join(f"{k}={v}" for k, v in (hostvars or {}).get(host, {}).items())
+        lines.append(f"{host} ansible_connection=local {extra}".strip())
+    if group:
+        lines += ["", "[gpu_nodes:vars]", *(f"{k}={v}" for k, v in group.items())]
+    path = directory / "inventory.ini"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return load_inventory(path)
 
 
 def smi_output(uuids: list[str]) -> str:

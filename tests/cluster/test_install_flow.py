@@ -19,7 +19,9 @@ MANAGED = "app.kubernetes.io/managed-by=gpustack"
 
 
 def session_for(kubeconfig, hosts, extravars=None, hostvars=None):
-    return flow.prepare(str(kubeconfig), inventory(hosts, hostvars), extravars or {})
+    return flow.prepare(
+        str(kubeconfig), inventory(kubeconfig.parent, hosts, hostvars), extravars or {}
+    )
 
 
 def test_install_applies_labels_waits_and_verifies(cluster, kubeconfig, clock):
