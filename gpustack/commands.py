@@ -254,6 +254,8 @@ def uninstall(opts: HostOptions, components: str, yes: bool) -> int:
             )
             for ref in removed["deleted"] if opts.verbose else []:
                 output.stdout.print(f"  deleted {ref}")
+            for ref in removed["kept"]:
+                output.stdout.print(f"  kept {ref}")
     extra = {"components": chosen, **({"kubernetes": removed} if removed else {})}
     if not host_components:
         doc = {"command": "uninstall", "exit_code": 0, **extra}

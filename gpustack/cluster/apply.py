@@ -166,12 +166,17 @@ def wait_daemonsets(
 # ----------------------------------------------------------------------------- removal
 
 
-def delete_managed(cluster: Cluster, objects: list[dict[str, Any]], namespace: str) -> list[str]:
+def delete_managed(
+    cluster: Cluster, objects: list[dict[str, Any]], namespace: str
+) -> tuple[list[str], list[str]]:
     """Delete every object labelled managed-by=gpustack of the kinds gpustack renders.
 
     Namespaced kinds are looked up in gpustack's namespace only; cluster-scoped ones
-    (RuntimeClass) cluster-wide, by label. The namespace itself goes last.
+    (RuntimeClass) cluster-wide, by label. The namespace itself goes last, and only when
+    gpustack created it (its label) and nothing of a user's lives in it. Returns
+    (deleted, kept) references.
     """
+    kept: list[str] = []
     kinds: list[tuple[str, str]] = []
     for obj in [*objects, {"apiVersion": "v1", "kind": "Pod"}]:
         key = (obj["apiVersion"], obj["kind"])
@@ -204,9 +209,48 @@ def delete_managed(cluster: Cluster, objects: list[dict[str, Any]], namespace: s
             ) from None
         ns = None
     if ns is not None and (ns.metadata.labels or {}).get(MANAGED_LABEL) == "gpustack":
-        _delete(cluster, ns_api, namespace, None, f"Namespace {namespace}")
-        deleted.append(f"Namespace {namespace}")
-    return deleted
+        foreign = _foreign_objects(cluster, namespace)
+        if foreign:
+            kept.append(
+                f"Namespace {namespace} (it holds objects gpustack did not create: "
+                f"{', '.join(foreign[:3])}{' …' if len(foreign) > 3 else ''})"
+            )
+        else:
+            _delete(cluster, ns_api, namespace, None, f"Namespace {namespace}")
+            deleted.append(f"Namespace {namespace}")
+    return deleted, kept
+
+
+# Objects Kubernetes itself puts in every namespace.
+_BUILTIN = {("ConfigMap", "kube-root-ca.crt"), ("ServiceAccount", "default")}
+
+
+def _foreign_objects(cluster: Cluster, namespace: str) -> list[str]:
+    """Objects in the namespace without gpustack's label (a user's), common kinds only."""
+    found = []
+    for api_version, kind in (
+        ("v1", "Pod"),
+        ("v1", "ConfigMap"),
+        ("v1", "Secret"),
+        ("v1", "Service"),
+        ("v1", "ServiceAccount"),
+        ("apps/v1", "Deployment"),
+        ("apps/v1", "DaemonSet"),
+        ("apps/v1", "StatefulSet"),
+    ):
+        try:
+            resource = cluster.dynamic.resources.get(api_version=api_version, kind=kind)
+            items = resource.get(namespace=namespace).items
+        except Exception:  # a kind the cluster does not serve cannot hold a user's object
+            continue
+        for item in items:
+            labels = item.metadata.labels or {}
+            if labels.get(MANAGED_LABEL) == "gpustack" or (kind, item.metadata.name) in _BUILTIN:
+                continue
+            if kind == "Secret" and item.type == "kubernetes.io/service-account-token":
+                continue
+            found.append(f"{kind} {item.metadata.name}")
+    return found
 
 
 def _delete(cluster: Cluster, resource, name: str, namespace: str | None, ref: str) -> None:

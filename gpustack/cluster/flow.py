@@ -174,11 +174,11 @@ def verify_cluster(
 def uninstall(session: Session) -> dict[str, Any]:
     """Delete gpustack's objects (by label) and the node labels gpustack recorded."""
     cluster = session.cluster
-    deleted = apply.delete_managed(cluster, _objects(session), session.config.namespace)
+    deleted, kept = apply.delete_managed(cluster, _objects(session), session.config.namespace)
     unlabelled = []
     for node in cluster.list_all("/api/v1/nodes", "list nodes"):
         patch = nodes.unlabel_patch(node)
         if patch:
             nodes.patch_node(cluster, node["metadata"]["name"], patch)
             unlabelled.append(node["metadata"]["name"])
-    return {"deleted": deleted, "unlabelled_nodes": unlabelled}
+    return {"deleted": deleted, "kept": kept, "unlabelled_nodes": unlabelled}

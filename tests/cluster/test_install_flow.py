@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 from gpustack.cluster import flow
-from tests.cluster.emulator import PodFate
 from tests.cluster.helpers import (
     gpu_cluster,
     gpu_facts,
     inventory,
-    no_gpu_facts,
     run_result,
-    smi_output,
     verify_pods,
 )
 
