@@ -269,3 +269,20 @@ def uninstall(opts: HostOptions, components: str, yes: bool) -> int:
     ]
     result, *_ = _run(opts, "uninstall.yml", "gpustack uninstall")
     return _finish("uninstall", opts, result, extra)
+
+
+def manifests(
+    inventory: str, output_dir: str, servicemonitor: bool, limit: str | None, extra_vars: list[str]
+) -> int:
+    """Render from the inventory's and -e's gpustack_k8s_* settings; write YAML files."""
+    from gpustack import manifests as k8s
+
+    extravars = parse_extra_vars(extra_vars)
+    check_extra_vars(extravars)
+    config = k8s.config_from_inventory(load_inventory(inventory, limit), extravars)
+    target = Path(output_dir).expanduser()
+    written = k8s.write_manifests(k8s.render(config, servicemonitor=servicemonitor), target)
+    output.stdout.print(f"Wrote {len(written)} manifests to {target}:")
+    for path in sorted(written):
+        output.stdout.print(f"  {path.name}")
+    return int(ExitCode.OK)

@@ -18,6 +18,7 @@ import yaml
 
 from gpustack import paths
 from gpustack.errors import BadInput
+from gpustack.inventory import Inventory
 from gpustack.manifests_config import IMAGES, VAR_PREFIX, ClusterConfig, split_registry
 
 __all__ = [
@@ -292,12 +293,21 @@ def node_labels(
 
 
 def config_from_inventory(
-    hostvars: dict[str, dict[str, Any]], extravars: dict[str, Any]
+    inventory: Inventory | dict[str, dict[str, Any]], extravars: dict[str, Any]
 ) -> ClusterConfig:
     """One ClusterConfig for the cluster: gpustack_k8s_* from the inventory, `-e` wins.
 
+    Pass the `Inventory` itself: its variables are then resolved as a play sees them
+    (`[all:vars]`, group_vars/, host_vars/). A plain {host: vars} mapping is taken as is
+    (`Inventory.hostvars` holds host variables only, not group variables).
     The settings are cluster-wide, so target hosts must agree on every one they set.
     """
+    if isinstance(inventory, Inventory):
+        from gpustack.manifests_vars import inventory_k8s_vars
+
+        hostvars = inventory_k8s_vars(inventory)
+    else:
+        hostvars = inventory
     merged: dict[str, Any] = {}
     source: dict[str, str] = {}
     for host, variables in hostvars.items():
