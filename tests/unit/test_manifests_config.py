@@ -259,3 +259,37 @@ def test_output_dir_that_is_a_file(tmp_path):
     path.write_text("x")
     with pytest.raises(BadInput, match="not a directory"):
         check_output_dir(path)
+
+
+def _inventory_dir(path, n2_vars=None):
+    from gpustack.inventory import load_inventory
+
+    path.mkdir()
+    (path / "group_vars").mkdir()
+    (path / "hosts.ini").write_text(
+        "[gpu_nodes]\nn1\nn2\n[gpu_nodes:vars]\ngpustack_k8s_mig_strategy=single\n"
+        "[all:vars]\ngpustack_k8s_namespace=from-ini\n"
+    )
+    (path / "group_vars" / "all.yml").write_text("gpustack_k8s_time_slicing_replicas: 2\n")
+    if n2_vars:
+        (path / "host_vars").mkdir()
+        (path / "host_vars" / "n2.yml").write_text(n2_vars)
+    return load_inventory(path / "hosts.ini")
+
+
+def test_inventory_group_vars_are_read_as_a_play_reads_them(tmp_path):
+    inventory = _inventory_dir(tmp_path / "a")
+    assert config_from_inventory(inventory, {}).time_slicing_replicas == 2
+    config = config_from_inventory(inventory, {"gpustack_k8s_time_slicing_replicas": "3"})
+    assert (config.namespace, config.mig_strategy, config.time_slicing_replicas) == (
+        "from-ini",
+        "single",
+        3,
+    )
+    # Ansible caches vars files per process, hence one directory per inventory.
+    inventory = _inventory_dir(tmp_path / "b", "gpustack_k8s_namespace: other\n")
+    with pytest.raises(BadInput, match="differs between hosts"):
+        config_from_inventory(inventory, {})
+    inventory = _inventory_dir(tmp_path / "c", "gpustack_k8s_namespace: '{{ ns }}'\n")
+    with pytest.raises(BadInput, match="Jinja2 template"):
+        config_from_inventory(inventory, {})
