@@ -381,3 +381,39 @@ def test_verify_pod():
     assert pod["spec"]["containers"][0]["image"].endswith("cuda-sample:vectoradd-cuda12.5.0")
     with pytest.raises(ValueError):
         render_verify_pod(config, node_name="n", gpus=0, name="v")
+
+
+def test_manifest_modules_do_not_import_the_kubernetes_client():
+    import ast
+    from pathlib import Path
+
+    import gpustack
+
+    package = Path(gpustack.__file__).parent
+    for module in ["manifests.py", *(p.name for p in package.glob("manifests_*.py"))]:
+        tree = ast.parse((package / module).read_text())
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            assert not any(n == "kubernetes" or n.startswith("kubernetes.") for n in names), module
+
+
+def test_templates_ship_in_the_wheel_and_resolve_there(tmp_path, monkeypatch):
+    import tomllib
+    from pathlib import Path
+
+    from gpustack import paths
+
+    root = Path(paths.__file__).resolve().parent.parent
+    pyproject = tomllib.loads((root / "pyproject.toml").read_text())
+    include = pyproject["tool"]["hatch"]["build"]["targets"]["wheel"]["force-include"]
+    assert include["templates"] == "gpustack/_content/templates"
+    assert paths.templates_dir() == root / "templates"  # source checkout
+    bundled = tmp_path / "gpustack" / "_content"
+    for sub in ("playbooks", "roles", "templates"):
+        (bundled / sub).mkdir(parents=True)
+    monkeypatch.setattr(paths, "_PACKAGE_DIR", tmp_path / "gpustack")
+    assert paths.templates_dir() == bundled / "templates"  # installed wheel
