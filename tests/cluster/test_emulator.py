@@ -9,7 +9,8 @@ import pytest
 from kubernetes import client, config, dynamic
 from kubernetes.client.exceptions import ApiException
 
-from tests.cluster.emulator import PodFate, label_matcher
+from tests.cluster.emulator import PodFate
+from tests.cluster.kube_semantics import label_matcher
 
 
 @pytest.fixture
