@@ -173,7 +173,7 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None) -> int:
     )
     orch.activity = activity
     title = f"gpustack upgrade → {target.describe()}"
-    with _sigterm_as_interrupt(), UpgradeLive(orch, title, opts.verbose) as live:
+    with _stop_on_signals(orch), UpgradeLive(orch, title, opts.verbose) as live:
         orch.notify = live.notify
         orch.on_transition = live.transition
         result = orch.execute()
@@ -197,17 +197,18 @@ def _confirm(question: str) -> bool:
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt():
-    """SIGTERM stops the rollout the way Ctrl-C does (in-flight nodes finish first)."""
+def _stop_on_signals(orch: Orchestrator):
+    """Ctrl-C and SIGTERM stop the rollout: in-flight nodes finish; a second one aborts them."""
 
     def handler(signum, frame):
-        raise KeyboardInterrupt()
+        orch.request_stop()
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _document(opts, run: UpgradeRun, targets, skipped, state_file, limits) -> dict[str, Any]:

@@ -134,6 +134,7 @@ class Orchestrator:
         self.activity: dict[str, str] = {}  # node -> what it is doing now (for the live view)
         self.conditions: dict[str, NodeCondition] = {}
         self.on_transition: Callable[[Transition], None] | None = None
+        self._announced = 0
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -182,9 +183,10 @@ class Orchestrator:
                     )
                 try:
                     finished = self.executor.wait_any()
-                except KeyboardInterrupt:
-                    self._interrupt()
-                    continue
+                except KeyboardInterrupt:  # when no signal handler was installed
+                    self.request_stop()
+                    finished = []
+                self._announce()
                 for name in finished:
                     in_flight.discard(name)
                     self.activity.pop(name, None)
@@ -202,27 +204,34 @@ class Orchestrator:
         finally:
             self.executor.shutdown()
 
-    def _interrupt(self) -> None:
+    def request_stop(self) -> None:
+        """Ctrl-C / SIGTERM (signal-safe: sets flags only). First: start no new node and let
+        nodes in progress finish; second: abort them, leaving their state for --resume."""
         if not self.stop_requested:
             self.stop_requested = True
+        else:
+            self.abort.set()
+
+    def _announce(self) -> None:
+        level = 2 if self.abort.is_set() else 1 if self.stop_requested else 0
+        if level > self._announced:
+            self._announced = level
             self.notify(
-                "Stopping: no new node starts; nodes in progress finish "
+                "Aborting nodes in progress; they keep their state for --resume."
+                if level == 2
+                else "Stopping: no new node starts; nodes in progress finish "
                 "(interrupt again to abort them; --resume continues later)."
             )
-        elif not self.abort.is_set():
-            self.abort.set()
-            self.notify("Aborting nodes in progress; they keep their state for --resume.")
 
     def _after_canary(self, count: int) -> bool:
         message = f"Canary batch ({count} node(s)) upgraded."
         if self.policy.canary_pause > 0:
             self.notify(f"{message} Waiting {self.policy.canary_pause:g} s before continuing.")
-            try:
-                self.executor.sleep(self.policy.canary_pause)
-            except KeyboardInterrupt:
-                self.stop_requested = True
-                return False
-            return True
+            left = self.policy.canary_pause
+            while left > 0 and not self.stop_requested:  # a stop request ends the wait
+                self.executor.sleep(min(1.0, left))
+                left -= 1.0
+            return not self.stop_requested
         if self.policy.assume_yes:
             return True
         if self.confirm is not None:
