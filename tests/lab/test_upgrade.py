@@ -7,6 +7,7 @@ stop the run with SIGTERM after the first node, resume it, then make a node fail
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -61,7 +62,7 @@ def upgrade(inventory, env, *args, timeout=1200) -> tuple[int, dict]:
 def assert_one_at_a_time(run: UpgradeRun) -> None:
     spans = sorted(s for spans in in_progress_intervals(run.history).values() for s in spans)
     assert spans
-    for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
+    for (_, end), (start, _) in itertools.pairwise(spans):
         assert end <= start, f"overlapping upgrades: {spans}"
 
 
