@@ -41,7 +41,7 @@ class FakeHostUpgrader:
         self.max_active = 0
         self._lock = threading.Lock()
 
-    def __call__(self, host: str, cancel: Callable[[], bool]) -> HostOutcome:
+    def __call__(self, host: str, cancel: Callable[[], bool], clock=None) -> HostOutcome:
         with self._lock:
             self.calls.append(host)
             self.active.add(host)

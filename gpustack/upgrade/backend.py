@@ -60,8 +60,9 @@ class HostOutcome:
     canceled: bool = False
 
 
-# host name, cancel() -> outcome. The real one runs Ansible (gpustack/upgrade/host.py).
-HostUpgrader = Callable[[str, Callable[[], bool]], HostOutcome]
+# (host name, cancel(), clock) -> outcome. The real one runs Ansible (gpustack/upgrade/host.py)
+# in real time; simulations spend virtual time on the clock.
+HostUpgrader = Callable[[str, Callable[[], bool], Clock], HostOutcome]
 
 
 class NodeBackend(Protocol):

@@ -27,7 +27,7 @@ class AnsibleHostUpgrader:
         self.verbose = verbose
         self.activity = activity if activity is not None else {}
 
-    def __call__(self, host: str, cancel: Callable[[], bool]) -> HostOutcome:
+    def __call__(self, host: str, cancel: Callable[[], bool], clock=None) -> HostOutcome:
         from gpustack import runner  # ansible-runner is imported only when hosts are contacted
 
         one_host = dataclasses.replace(self.inventory, hosts=[host])

@@ -308,7 +308,7 @@ class Orchestrator:
         if state == S.DRAIN:
             return backend.drain(name, clock, opts) if opts.drain else "drain off"
         if state == S.POD_RESTART:
-            return self._upgrade_host(name)
+            return self._upgrade_host(name, clock)
         if state == S.VALIDATION:
             record = self.run.nodes[name]
             problem = check_host(
@@ -325,9 +325,9 @@ class Orchestrator:
             return backend.uncordon(name, clock, opts)
         raise StepFailed(f"no step for state {state}")
 
-    def _upgrade_host(self, name: str) -> str:
+    def _upgrade_host(self, name: str, clock: Clock) -> str:
         self.activity[name] = "driver role"
-        outcome = self.upgrade_host(name, self.abort.is_set)
+        outcome = self.upgrade_host(name, self.abort.is_set, clock)
         if outcome.canceled:
             raise Interrupted()
         with self.lock:

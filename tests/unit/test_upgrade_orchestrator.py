@@ -231,7 +231,7 @@ def test_stop_request_lets_the_current_node_finish_and_starts_no_other():
 
     def signal_during(host):
         if host == "node2":
-            holder["orch"]._interrupt()  # as a Ctrl-C / SIGTERM arriving now would
+            holder["orch"].request_stop()  # as a Ctrl-C / SIGTERM arriving now would
 
     upgrader = FakeHostUpgrader(before=signal_during, duration=0.05)
     orch = holder["orch"] = orchestrate(run, upgrader)
@@ -245,8 +245,8 @@ def test_abort_leaves_the_node_in_its_state_for_resume():
     holder = {}
 
     def abort_during(host):
-        holder["orch"]._interrupt()
-        holder["orch"]._interrupt()  # the second interrupt aborts nodes in progress
+        holder["orch"].request_stop()
+        holder["orch"].request_stop()  # the second interrupt aborts nodes in progress
 
     orch = holder["orch"] = orchestrate(run, FakeHostUpgrader(before=abort_during, duration=5))
     result = orch.execute()
@@ -315,3 +315,14 @@ def test_thread_safety_of_parallel_saves(tmp_path):
     result = orchestrate(run, upgrader, store=store, max_unavailable=4, max_parallel=4).execute()
     assert result.status == "done"
     assert store.load().to_dict()["nodes"] == run.to_dict()["nodes"]
+
+
+def test_simulated_200_node_fleet_keeps_capacity_and_rolls_without_gaps():
+    """The benchmark's discrete-event simulation, as an invariant check (no timing)."""
+    from benchmarks.upgrade_makespan import Scenario, simulate
+
+    for scenario in (Scenario("k=16", k=16), Scenario("jitter", k=10, jitter=0.2),
+                     Scenario("admin", k=10, admin_cordoned=3)):  # fmt: skip
+        figures = simulate(scenario)
+        assert figures["min_capacity"] >= figures["bound"], (scenario, figures)
+    assert simulate(Scenario("k=16", k=16))["ratio"] == pytest.approx(1.0)
