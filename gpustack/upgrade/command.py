@@ -116,7 +116,7 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None) -> int:
             f"kubeconfig {opts.kubeconfig} does not exist",
             "pass the path of a kubeconfig file, or leave --kubeconfig out for a host-only fleet",
         )
-    backend = _backend(kubeconfig, inventory)
+    backend = _backend(kubeconfig, inventory, extravars)
     store = FileStateStore(state_path_for(inventory.path))
     existing = store.load()
     label_states = backend.recorded_states(inventory.hosts) if backend.mode != "host-only" else None
@@ -157,9 +157,11 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None) -> int:
         upgrade_host = AnsibleHostUpgrader(inventory, extravars, opts.verbose, activity)
     else:
         upgrade_host = upgrader_factory(inventory, extravars)
-    if not run.history:
+    if not run.history:  # a new run: every node (but those labelled skip) is upgrade-required
+        conditions = backend.conditions(inventory.hosts)
         for name in inventory.hosts:
-            backend.record_state(name, run.nodes[name].state)
+            if not conditions[name].skip:
+                backend.record_state(name, run.nodes[name].state)
     store.save(run)
     orch = Orchestrator(
         run,
@@ -180,12 +182,12 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None) -> int:
     return _finish(opts, run, orch, result, store.path, limits)
 
 
-def _backend(kubeconfig: str | None, inventory):
+def _backend(kubeconfig: str | None, inventory, extravars):
     if not kubeconfig:
         return HostOnlyBackend()
     from gpustack.cluster.upgrade import KubernetesBackend  # only gpustack/cluster talks to k8s
 
-    return KubernetesBackend.from_kubeconfig(kubeconfig, inventory)
+    return KubernetesBackend.from_kubeconfig(kubeconfig, inventory, extravars)
 
 
 def _confirm(question: str) -> bool:

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from gpustack.errors import GpustackError
 from gpustack.upgrade.backend import (
     HostOutcome,
     HostUpgrader,
@@ -145,9 +146,10 @@ class Orchestrator:
         halted = ""
         canary_phase = policy.canary > 0 and not self.run.canary_done
         canary_started = 0
+        replan = True  # the fleet changed since the last plan (a node finished)
         try:
             while True:
-                if not halted and not self.stop_requested:
+                if replan and not halted and not self.stop_requested:
                     cap = policy.canary - canary_started if canary_phase else None
                     batch = []
                     if cap is None or cap > 0:
@@ -174,6 +176,7 @@ class Orchestrator:
                             self.store.save(self.run)
                         if not self._after_canary(canary_started):
                             return RolloutResult("paused", "paused after the canary batch")
+                        replan = True
                         continue
                     views = self.views()
                     if not any(is_candidate(v, policy.retry_failed) for v in views):
@@ -187,6 +190,7 @@ class Orchestrator:
                     self.request_stop()
                     finished = []
                 self._announce()
+                replan = bool(finished)
                 for name in finished:
                     in_flight.discard(name)
                     self.activity.pop(name, None)
@@ -290,7 +294,7 @@ class Orchestrator:
                 self._move(name, NEXT[state], clock, note)
         except Interrupted:
             self.activity[name] = "interrupted"
-        except StepFailed as exc:
+        except (StepFailed, GpustackError) as exc:  # GpustackError: an API call failed
             self._move(name, S.FAILED, clock, reason=str(exc))
         except Exception as exc:  # a bug or an unexpected API error: record it, keep going
             self._move(name, S.FAILED, clock, reason=f"{type(exc).__name__}: {exc}")
