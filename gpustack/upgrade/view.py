@@ -176,7 +176,7 @@ def print_summary(doc: dict[str, Any]) -> None:
     output.stdout.print(
         f"{s['nodes']} nodes: {s['done']} done, {s['failed']} failed, {s['pending']} pending, "
         f"{s['in_progress']} in progress, {s['skipped']} skipped "
-        f"({len(doc['batches'])} batch(es) in this run; state: {doc['state_file']})"
+        f"({len(doc['batches'])} batch(es) so far; state: {doc['state_file']})"
     )
     if doc.get("message"):
         output.stdout.print(escape(doc["message"]))
