@@ -161,3 +161,27 @@ def test_state_path_is_stable_per_inventory(inv, state_dir, tmp_path):
     assert state_path_for(inv).parent == state_dir / "upgrades"
     other = tmp_path / "x" / "fleet.ini"
     assert state_path_for(other) != state_path_for(inv)
+
+
+def test_live_view_renders_batches_and_nodes(inv, state_dir):
+    from rich.console import Console
+
+    from gpustack.upgrade.backend import HostOnlyBackend
+    from gpustack.upgrade.orchestrator import Orchestrator, RolloutPolicy
+    from gpustack.upgrade.planner import Limits
+    from gpustack.upgrade.runtime import ThreadExecutor
+    from gpustack.upgrade.state import MemoryStateStore, NodeRecord, Target, UpgradeRun
+    from gpustack.upgrade.view import UpgradeLive
+
+    run = UpgradeRun("inv", Target(version=NEW), "host-only")
+    run.nodes = {n: NodeRecord(n) for n in ("a", "b", "c")}
+    run.nodes["a"].state, run.nodes["b"].state = "upgrade-done", "pod-restart-required"
+    run.nodes["b"].batch, run.batches = 2, [["a"], ["b"]]
+    orch = Orchestrator(run, ["a", "b", "c"], MemoryStateStore(run), HostOnlyBackend(),
+                        FakeHostUpgrader(), RolloutPolicy(Limits(1)), ThreadExecutor(1))  # fmt: skip
+    orch.activity["b"] = "nvidia_driver : Install the driver packages at exactly that version"
+    console = Console(width=160, record=True)
+    console.print(UpgradeLive(orch, "gpustack upgrade → X")._render())
+    text = console.export_text()
+    assert "batch 2  1 done, 1 in progress, 0 failed, 1 pending, 0 skipped of 3" in text
+    assert "b     2      pod-restart-required  nvidia_driver : Install the driver packages" in text
