@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from gpustack import __version__, commands, output
-from gpustack.errors import ExitCode, GpustackError, NotImplementedYet
+from gpustack.errors import ExitCode, GpustackError
 
 try:  # typer >= 0.26 vendors click; older releases use the click package
     from typer._click import exceptions as click_exceptions
@@ -175,10 +175,78 @@ def verify(
     _exit(commands.verify(opts, junit=junit))
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def upgrade(inventory: Inventory) -> None:
-    """Rolling, drain-aware driver upgrade (not implemented yet)."""
-    raise NotImplementedYet("upgrade", 6)
+@app.command()
+def upgrade(
+    inventory: Inventory,
+    driver_version: Annotated[
+        str, typer.Option("--driver-version", help="Exact driver package version to roll out.")
+    ] = "",
+    driver_branch: Annotated[
+        str, typer.Option("--driver-branch", help="Or: the newest version of this branch.")
+    ] = "",
+    max_unavailable: Annotated[
+        str, typer.Option("--max-unavailable", help="Nodes out of service at once: N or P%.")
+    ] = "25%",
+    max_parallel: Annotated[
+        int, typer.Option("--max-parallel", min=1, help="Nodes upgraded at once.")
+    ] = 1,
+    canary: Annotated[
+        int, typer.Option("--canary", min=0, help="First batch size; then pause.")
+    ] = 0,
+    canary_pause: Annotated[
+        float, typer.Option("--canary-pause", min=0, help="Seconds to wait after the canary.")
+    ] = 0,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Continue without asking.")] = False,
+    drain: Annotated[
+        bool, typer.Option("--drain/--no-drain", help="Drain all pods (default: GPU pods only).")
+    ] = False,
+    pod_selector: Annotated[
+        str, typer.Option("--wait-for-jobs", help="Wait for pods matching this label selector.")
+    ] = "",
+    wait_for_jobs_timeout: Annotated[
+        float, typer.Option("--wait-for-jobs-timeout", min=0, help="Seconds; 0: no limit.")
+    ] = 0,
+    pod_deletion_timeout: Annotated[
+        float, typer.Option("--pod-deletion-timeout", min=1, help="Seconds to evict GPU pods.")
+    ] = 300,
+    force: Annotated[
+        bool, typer.Option("--force", help="Also evict GPU pods no controller manages.")
+    ] = False,
+    drain_timeout: Annotated[
+        float, typer.Option("--drain-timeout", min=1, help="Seconds to drain a node.")
+    ] = 300,
+    validation_timeout: Annotated[
+        float, typer.Option("--validation-timeout", min=1, help="Seconds to validate a node.")
+    ] = 600,
+    max_failures: Annotated[
+        int, typer.Option("--max-failures", min=0, help="Failed nodes tolerated before stopping.")
+    ] = 0,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the recorded upgrade.")
+    ] = False,
+    retry_failed: Annotated[
+        bool, typer.Option("--retry-failed", help="With --resume: retry failed nodes.")
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Print the batch plan; change nothing.")
+    ] = False,
+    kubeconfig: Kubeconfig = None,
+    limit: Limit = None,
+    extra_vars: ExtraVars = None,
+    output_: Output = "text",
+    report: Report = None,
+    verbose: Verbose = 0,
+) -> None:
+    """Rolling, drain-aware, resumable driver upgrade of the fleet (docs/upgrade.md)."""
+    from gpustack.upgrade.command import UpgradeOptions, run_upgrade
+
+    options = UpgradeOptions(
+        inventory, driver_version, driver_branch, max_unavailable, max_parallel, canary,
+        canary_pause, yes, drain, pod_selector, wait_for_jobs_timeout, pod_deletion_timeout,
+        force, drain_timeout, validation_timeout, max_failures, resume, retry_failed, dry_run,
+        kubeconfig, limit, extra_vars, output_, report, verbose,
+    )  # fmt: skip
+    _exit(run_upgrade(options))
 
 
 @app.command()

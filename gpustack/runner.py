@@ -10,6 +10,7 @@ import os
 import queue
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -108,20 +109,24 @@ def _private_data_dir(playbook: Path) -> Path:
     for stale in old[:-KEEP_RUNS]:
         shutil.rmtree(stale, ignore_errors=True)
     stamp = time.strftime("%Y%m%dT%H%M%S")
-    run_dir = root / f"{stamp}-{os.getpid()}-{playbook.stem}"
+    # mkdtemp: runs started in parallel (rolling upgrades) in the same second stay apart.
+    run_dir = Path(tempfile.mkdtemp(prefix=f"{stamp}-{os.getpid()}-{playbook.stem}-", dir=root))
     (run_dir / "env").mkdir(parents=True, exist_ok=True)
     return run_dir
 
 
 def run_playbook(
-    spec: RunSpec, on_update: Callable[[RunTracker, dict], None] | None = None
+    spec: RunSpec,
+    on_update: Callable[[RunTracker, dict], None] | None = None,
+    cancel: Callable[[], bool] | None = None,
 ) -> RunResult:
-    """Run `spec`; `on_update` is called on the caller's thread after each event."""
+    """Run `spec`; `on_update` is called on the caller's thread after each event;
+    `cancel() -> True` stops the run (as Ctrl-C does)."""
     data_dir = _private_data_dir(spec.playbook)
     limit_file = data_dir / "limit.txt"
     limit_file.write_text("\n".join(spec.hosts) + "\n", encoding="utf-8")
     events: queue.Queue[dict] = queue.Queue()
-    cancel = {"requested": False}
+    canceled = {"requested": False}
 
     def handler(event: dict) -> bool:
         events.put(event)
@@ -141,7 +146,7 @@ def run_playbook(
         envvars=spec.envvars(),
         quiet=True,
         event_handler=handler,
-        cancel_callback=lambda: cancel["requested"],
+        cancel_callback=lambda: canceled["requested"] or bool(cancel and cancel()),
     )
     tracker = RunTracker(spec.hosts)
     while True:
@@ -156,9 +161,9 @@ def run_playbook(
             if on_update:
                 on_update(tracker, event)
         except KeyboardInterrupt:
-            if cancel["requested"]:
+            if canceled["requested"]:
                 raise
-            cancel["requested"] = True  # runner stops ansible-playbook at its next check
+            canceled["requested"] = True  # runner stops ansible-playbook at its next check
     thread.join()
     return RunResult(
         playbook=spec.playbook.name,

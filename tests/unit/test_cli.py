@@ -75,14 +75,6 @@ def test_every_bad_input_is_one_error_with_hint_and_exit_2(tmp_path, inv, state_
     assert runs_started(state_dir) == [], "a bad input must not start any run"
 
 
-def test_unimplemented_commands_say_so(inv):
-    for command, issue in (("upgrade", 6),):
-        proc = run_cli(command, str(inv))
-        assert proc.returncode == 2
-        assert f"`gpustack {command}` is not implemented yet" in proc.stderr
-        assert f"issue {issue}" in proc.stderr
-
-
 def test_help_lists_every_subcommand():
     proc = run_cli("--help")
     assert proc.returncode == 0

@@ -1,0 +1,289 @@
+"""`gpustack upgrade`: check every input, open or resume the run, roll it out, report."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from gpustack import output
+from gpustack.config import DriverInputs, check_extra_vars
+from gpustack.errors import BadInput, ExitCode
+from gpustack.extravars import parse_extra_vars
+from gpustack.inventory import load_inventory
+from gpustack.upgrade.backend import HostOnlyBackend, StepOptions
+from gpustack.upgrade.orchestrator import Orchestrator, RolloutPolicy, RolloutResult
+from gpustack.upgrade.planner import Limits, NodeView, plan_batches, resolve_max_unavailable
+from gpustack.upgrade.runtime import ThreadExecutor
+from gpustack.upgrade.session import open_run
+from gpustack.upgrade.state import FileStateStore, Target, UpgradeRun, state_path_for
+from gpustack.upgrade.view import UpgradeLive, counts, node_rows, print_plan, print_summary
+
+
+@dataclass
+class UpgradeOptions:
+    inventory: str
+    driver_version: str = ""
+    driver_branch: str = ""
+    max_unavailable: str = "25%"
+    max_parallel: int = 1
+    canary: int = 0
+    canary_pause: float = 0
+    yes: bool = False
+    drain: bool = False
+    pod_selector: str = ""
+    wait_for_jobs_timeout: float = 0
+    pod_deletion_timeout: float = 300
+    force: bool = False
+    drain_timeout: float = 300
+    validation_timeout: float = 600
+    max_failures: int = 0
+    resume: bool = False
+    retry_failed: bool = False
+    dry_run: bool = False
+    kubeconfig: str | None = None
+    limit: str | None = None
+    extra_vars: list[str] | None = None
+    output: str = "text"
+    report: str | None = None
+    verbose: int = 0
+
+
+def _target(opts: UpgradeOptions, extravars: dict[str, Any]) -> Target:
+    version, branch = opts.driver_version.strip(), opts.driver_branch.strip()
+    if not version and not branch:
+        raise BadInput(
+            "upgrade needs a target driver",
+            "pass --driver-version (e.g. 535.309.01-0+deb12u1) or --driver-branch (e.g. 580)",
+        )
+    try:
+        DriverInputs.model_validate(
+            {"nvidia_driver_version": version, "nvidia_driver_branch": branch}
+        )
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        flag = "--driver-version" if err["loc"][0] == "nvidia_driver_version" else "--driver-branch"
+        raise BadInput(
+            f"{flag}: {err['msg'].removeprefix('Value error, ')}",
+            "e.g. --driver-version 535.309.01-0+deb12u1 or --driver-branch 580",
+        ) from None
+    for key, value in (("nvidia_driver_version", version), ("nvidia_driver_branch", branch)):
+        given = str(extravars.get(key, "")).strip()
+        if given and value and given != value:
+            raise BadInput(
+                f"-e {key}={given} disagrees with the upgrade target {value}",
+                f"drop -e {key}; the --driver-* option sets it",
+            )
+    return Target(version=version, branch=branch if not version else "")
+
+
+def _check_writable(report: str) -> None:
+    from gpustack.commands import _check_writable as check
+
+    check(report)
+
+
+def run_upgrade(opts: UpgradeOptions, upgrader_factory=None) -> int:
+    """Exit code of `gpustack upgrade`. `upgrader_factory` lets tests inject a host upgrader."""
+    if opts.output not in ("text", "json"):
+        raise BadInput(f"unknown --output {opts.output!r}", "use --output text or --output json")
+    if opts.report:
+        _check_writable(opts.report)
+    if opts.retry_failed and not opts.resume:
+        raise BadInput("--retry-failed only applies with --resume", "add --resume")
+    extravars = parse_extra_vars(opts.extra_vars)
+    target = _target(opts, extravars)
+    if opts.driver_version:
+        extravars["nvidia_driver_version"] = target.version
+    if target.branch:
+        extravars["nvidia_driver_branch"] = target.branch
+    # The node is drained: loading the new driver by a reboot, when needed, is safe now.
+    extravars.setdefault("nvidia_driver_reboot", "if_needed")
+    check_extra_vars(extravars)
+    inventory = load_inventory(opts.inventory, opts.limit)
+    limits = Limits(
+        resolve_max_unavailable(opts.max_unavailable, len(inventory.hosts)), opts.max_parallel
+    )
+    kubeconfig = opts.kubeconfig or os.environ.get("KUBECONFIG")
+    if opts.kubeconfig and not Path(opts.kubeconfig).expanduser().is_file():
+        raise BadInput(
+            f"kubeconfig {opts.kubeconfig} does not exist",
+            "pass the path of a kubeconfig file, or leave --kubeconfig out for a host-only fleet",
+        )
+    backend = _backend(kubeconfig, inventory, extravars)
+    store = FileStateStore(state_path_for(inventory.path))
+    existing = store.load()
+    label_states = backend.recorded_states(inventory.hosts) if backend.mode != "host-only" else None
+    run = open_run(
+        existing,
+        inventory=inventory.path,
+        target=target,
+        hosts=inventory.hosts,
+        mode=backend.mode,
+        resume=opts.resume,
+        state_file=store.path,
+        label_states=label_states,
+    )
+    policy = RolloutPolicy(
+        limits=limits,
+        max_failures=opts.max_failures,
+        canary=opts.canary,
+        canary_pause=opts.canary_pause,
+        assume_yes=opts.yes,
+        retry_failed=opts.retry_failed,
+        steps=StepOptions(
+            drain=opts.drain,
+            pod_selector=opts.pod_selector,
+            wait_for_jobs_timeout=opts.wait_for_jobs_timeout,
+            pod_deletion_timeout=opts.pod_deletion_timeout,
+            force=opts.force,
+            drain_timeout=opts.drain_timeout,
+            validation_timeout=opts.validation_timeout,
+        ),
+    )
+    if opts.dry_run:
+        return _dry_run(opts, run, inventory.hosts, backend, policy, store.path)
+
+    activity: dict[str, str] = {}
+    if upgrader_factory is None:
+        from gpustack.upgrade.host import AnsibleHostUpgrader
+
+        upgrade_host = AnsibleHostUpgrader(inventory, extravars, opts.verbose, activity)
+    else:
+        upgrade_host = upgrader_factory(inventory, extravars)
+    if not run.history:  # a new run: every node (but those labelled skip) is upgrade-required
+        conditions = backend.conditions(inventory.hosts)
+        for name in inventory.hosts:
+            if not conditions[name].skip:
+                backend.record_state(name, run.nodes[name].state)
+    store.save(run)
+    orch = Orchestrator(
+        run,
+        inventory.hosts,
+        store,
+        backend,
+        upgrade_host,
+        policy,
+        ThreadExecutor(opts.max_parallel),
+        confirm=_confirm if sys.stdin.isatty() and not opts.yes else None,
+    )
+    orch.activity = activity
+    title = f"gpustack upgrade → {target.describe()}"
+    with _stop_on_signals(orch), UpgradeLive(orch, title, opts.verbose) as live:
+        orch.notify = live.notify
+        orch.on_transition = live.transition
+        result = orch.execute()
+    return _finish(opts, run, orch, result, store.path, limits)
+
+
+def _backend(kubeconfig: str | None, inventory, extravars):
+    if not kubeconfig:
+        return HostOnlyBackend()
+    from gpustack.cluster.upgrade import KubernetesBackend  # only gpustack/cluster talks to k8s
+
+    return KubernetesBackend.from_kubeconfig(kubeconfig, inventory, extravars)
+
+
+def _confirm(question: str) -> bool:
+    try:
+        answer = input(f"{question} [y/N] ")
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")
+
+
+@contextlib.contextmanager
+def _stop_on_signals(orch: Orchestrator):
+    """Ctrl-C and SIGTERM stop the rollout: in-flight nodes finish; a second one aborts them."""
+
+    def handler(signum, frame):
+        orch.request_stop()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _document(opts, run: UpgradeRun, targets, skipped, state_file, limits) -> dict[str, Any]:
+    return {
+        "command": "upgrade",
+        "mode": run.mode,
+        "target": {"version": run.target.version, "branch": run.target.branch},
+        "target_text": run.target.describe(),
+        "state_file": str(state_file),
+        "limits": {
+            "max_unavailable": limits.max_unavailable,
+            "max_parallel": limits.max_parallel,
+            "canary": opts.canary,
+            "max_failures": opts.max_failures,
+        },
+        "batches": run.batches,
+        "nodes": node_rows(run, targets, skipped),
+        "summary": counts(run, targets, skipped),
+    }
+
+
+def _dry_run(opts, run, targets, backend, policy, state_file) -> int:
+    conditions = backend.conditions(targets)
+    views = []
+    for name in targets:
+        cond = conditions.get(name)
+        views.append(
+            NodeView(
+                name,
+                run.nodes[name].state,
+                bool(cond and cond.unavailable),
+                bool(cond and cond.skip),
+            )
+        )
+    skipped = {n for n, c in conditions.items() if c.skip}
+    canary = 0 if run.canary_done else policy.canary
+    plan = plan_batches(views, policy.limits, canary=canary, retry_failed=policy.retry_failed)
+    doc = _document(opts, run, targets, skipped, state_file, policy.limits)
+    doc.update({"dry_run": True, "plan": plan, "status": "planned", "exit_code": 0})
+    output.write_report(opts.report, doc)
+    if opts.output == "json":
+        output.print_json(doc)
+    else:
+        print_plan(doc)
+    return int(ExitCode.OK)
+
+
+def _exit_code(result: RolloutResult, summary: dict[str, int]) -> ExitCode:
+    if result.status == "interrupted":
+        return ExitCode.CANCELED
+    if result.status in ("failed", "blocked") or summary["failed"]:
+        return ExitCode.HOST_FAILED
+    return ExitCode.OK
+
+
+def _finish(opts, run, orch, result: RolloutResult, state_file, limits) -> int:
+    skipped = {n for n, c in orch.conditions.items() if c.skip}
+    doc = _document(opts, run, orch.targets, skipped, state_file, limits)
+    code = _exit_code(result, doc["summary"])
+    message = {
+        "failed": f"Rollout stopped: {result.message}.",
+        "blocked": f"Rollout blocked: {result.message}.",
+        "interrupted": "Rollout interrupted; continue with --resume.",
+        "paused": "Rollout paused after the canary batch; continue with --resume.",
+    }.get(result.status, "")
+    if result.status == "done" and doc["summary"]["failed"]:
+        message = "Failed nodes remain; retry them with --resume --retry-failed."
+    doc.update(
+        {"dry_run": False, "status": result.status, "message": message, "exit_code": int(code)}
+    )
+    output.write_report(opts.report, doc)
+    if opts.output == "json":
+        output.print_json(doc)
+    else:
+        print_summary(doc)
+    return int(code)

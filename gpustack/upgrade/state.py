@@ -1,0 +1,222 @@
+"""Upgrade states (the GPU Operator's names) and the durable record of one rolling upgrade.
+
+The record is plain data; `FileStateStore` writes it atomically (tmp file + rename) after every
+transition, so a run killed at any instant leaves a readable file that `--resume` continues.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from gpustack.errors import BadInput
+
+STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
+SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
+FORMAT_VERSION = 1
+
+
+class UpgradeState(StrEnum):
+    """Per-node states, in the order a node walks through them."""
+
+    REQUIRED = "upgrade-required"
+    CORDON = "cordon-required"
+    WAIT_FOR_JOBS = "wait-for-jobs-required"
+    POD_DELETION = "pod-deletion-required"
+    DRAIN = "drain-required"
+    POD_RESTART = "pod-restart-required"
+    VALIDATION = "validation-required"
+    UNCORDON = "uncordon-required"
+    DONE = "upgrade-done"
+    FAILED = "upgrade-failed"
+
+
+# A node in one of these states has been taken out of service by this upgrade.
+IN_PROGRESS = frozenset(
+    {
+        UpgradeState.CORDON,
+        UpgradeState.WAIT_FOR_JOBS,
+        UpgradeState.POD_DELETION,
+        UpgradeState.DRAIN,
+        UpgradeState.POD_RESTART,
+        UpgradeState.VALIDATION,
+        UpgradeState.UNCORDON,
+    }
+)
+FINAL = frozenset({UpgradeState.DONE, UpgradeState.FAILED})
+# "skipped" is not a GPU Operator state: it marks nodes carrying the skip label.
+SKIPPED = "skipped"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What the fleet is upgraded to: an exact package version, or the newest of a branch."""
+
+    version: str = ""
+    branch: str = ""
+
+    def describe(self) -> str:
+        return self.version or f"newest of branch {self.branch}"
+
+    def matches(self, installed: str | None) -> bool:
+        if not installed:
+            return False
+        if self.version:
+            return installed == self.version
+        bare = re.sub(r"^[0-9]+:", "", installed)
+        return bare.startswith(self.branch + ".")
+
+
+@dataclass
+class NodeRecord:
+    name: str
+    state: str = UpgradeState.REQUIRED.value
+    reason: str = ""
+    admin_cordoned: bool = False
+    batch: int | None = None
+    attempts: int = 0
+    started_at: float | None = None
+    finished_at: float | None = None
+    driver: dict[str, Any] = field(default_factory=dict)  # installed_version, held, state
+    artifacts: str = ""
+
+
+@dataclass
+class Transition:
+    node: str
+    from_state: str
+    to_state: str
+    at: float
+    note: str = ""
+
+
+@dataclass
+class UpgradeRun:
+    """Everything about one rolling upgrade of one inventory; serialised as JSON."""
+
+    inventory: str
+    target: Target
+    mode: str  # "host-only" or "kubernetes"
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+    canary_done: bool = False
+    batches: list[list[str]] = field(default_factory=list)
+    nodes: dict[str, NodeRecord] = field(default_factory=dict)
+    history: list[Transition] = field(default_factory=list)
+
+    def unfinished(self) -> list[str]:
+        return [
+            n.name
+            for n in self.nodes.values()
+            if n.state not in (UpgradeState.DONE, UpgradeState.FAILED, SKIPPED)
+        ]
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["format"] = FORMAT_VERSION
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> UpgradeRun:
+        return cls(
+            inventory=data["inventory"],
+            target=Target(**data["target"]),
+            mode=data.get("mode", "host-only"),
+            created_at=data.get("created_at", 0.0),
+            updated_at=data.get("updated_at", 0.0),
+            canary_done=data.get("canary_done", False),
+            batches=[list(b) for b in data.get("batches", [])],
+            nodes={k: NodeRecord(**v) for k, v in data.get("nodes", {}).items()},
+            history=[Transition(**t) for t in data.get("history", [])],
+        )
+
+
+def state_root() -> Path:
+    base = os.environ.get("GPUSTACK_STATE_DIR") or os.path.join(
+        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "gpustack"
+    )
+    return Path(base)
+
+
+def state_path_for(inventory: Path) -> Path:
+    """A stable location per inventory file, so `--resume` finds the run it continues."""
+    resolved = Path(inventory).expanduser().resolve()
+    digest = hashlib.sha256(str(resolved).encode()).hexdigest()[:12]
+    slug = re.sub(r"[^A-Za-z0-9_.-]", "_", resolved.stem)[:40]
+    return state_root() / "upgrades" / f"{slug}-{digest}.json"
+
+
+class MemoryStateStore:
+    """The run held in memory only (simulations and tests that need no file)."""
+
+    def __init__(self, run: UpgradeRun | None = None):
+        self.run = run
+        self.lock = threading.RLock()
+        self.path: Path | None = None
+
+    def load(self) -> UpgradeRun | None:
+        return self.run
+
+    def save(self, run: UpgradeRun) -> None:
+        self.run = run
+
+
+class FileStateStore(MemoryStateStore):
+    """The run as a JSON file, rewritten atomically after every change."""
+
+    def __init__(self, path: Path):
+        super().__init__()
+        self.path = Path(path)
+
+    def load(self) -> UpgradeRun | None:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        try:
+            return UpgradeRun.from_dict(json.loads(text))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise BadInput(
+                f"upgrade state file {self.path} is not readable ({exc})",
+                "move it aside to start a new upgrade (nodes it marked cordoned stay cordoned)",
+            ) from None
+
+    def save(self, run: UpgradeRun) -> None:
+        with self.lock:
+            run.updated_at = time.time()
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", dir=self.path.parent)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                    json.dump(run.to_dict(), fh, indent=1, sort_keys=True)
+                    fh.write("\n")
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, self.path)
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+            self.run = run
+
+
+def in_progress_intervals(history: list[Transition]) -> dict[str, list[tuple[float, float]]]:
+    """Per node, the [start, end] spans between leaving upgrade-required and a final state."""
+    spans: dict[str, list[tuple[float, float]]] = {}
+    opened: dict[str, float] = {}
+    for t in history:
+        if t.to_state in IN_PROGRESS and t.node not in opened:
+            opened[t.node] = t.at
+        elif (t.to_state in FINAL or t.to_state == UpgradeState.REQUIRED) and t.node in opened:
+            spans.setdefault(t.node, []).append((opened.pop(t.node), t.at))
+    for node, start in opened.items():  # interrupted: still open
+        spans.setdefault(node, []).append((start, float("inf")))
+    return spans

@@ -1,0 +1,143 @@
+"""`gpustack upgrade` on a real 3-node Debian 12 lab (host-only fleet): the real driver role,
+real apt, Debian's 535.261.03-1 -> 535.309.01-0+deb12u1.
+
+One lab for the module: install the old driver, roll the new one out one node at a time,
+stop the run with SIGTERM after the first node, resume it, then make a node fail.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from gpustack.upgrade.state import UpgradeRun, in_progress_intervals, state_path_for
+from tests.conftest import GPUSTACK, ROOT, run_cli
+from tests.lab.test_lab import ssh
+
+pytestmark = pytest.mark.lab
+
+LAB = f"upg{os.getpid()}"
+OLD, NEW = "535.261.03-1", "535.309.01-0+deb12u1"
+NODES = [f"{LAB}-node{i}" for i in (1, 2, 3)]
+VERSIONS = "dpkg-query -W -f='${Version} ' nvidia-smi libnvidia-ml1 nvidia-kernel-dkms"
+BROKEN = "/etc/apt/sources.list.d/gpustack-test-broken.list"
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    root = tmp_path_factory.mktemp("upg")
+    inventory = root / "upg.ini"
+    env = {"GPUSTACK_STATE_DIR": str(root / "state")}
+    proc = run_cli("lab", "up", "--name", LAB, "--nodes", "3", "--os", "debian12",
+                   "--inventory", str(inventory), timeout=1800)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    try:
+        proc = run_cli("install", str(inventory), "--tags", "nvidia_driver", "-e",
+                       f"nvidia_driver_version={OLD}", env=env, timeout=1200)  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        yield inventory, env
+    finally:
+        run_cli("lab", "down", "--name", LAB)
+
+
+def load_state(inventory: Path, env: dict) -> UpgradeRun:
+    path = state_path_for(inventory)
+    path = Path(env["GPUSTACK_STATE_DIR"]) / "upgrades" / path.name
+    return UpgradeRun.from_dict(json.loads(path.read_text()))
+
+
+def upgrade(inventory, env, *args, timeout=1200) -> tuple[int, dict]:
+    proc = run_cli("upgrade", str(inventory), *args, "--output", "json", env=env, timeout=timeout)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def assert_one_at_a_time(run: UpgradeRun) -> None:
+    spans = sorted(s for spans in in_progress_intervals(run.history).values() for s in spans)
+    assert spans
+    for (_, end), (start, _) in itertools.pairwise(spans):
+        assert end <= start, f"overlapping upgrades: {spans}"
+
+
+def test_rolling_upgrade_stops_on_sigterm_and_resumes(lab):
+    inventory, env = lab
+    for node in NODES:
+        assert ssh(inventory, node, VERSIONS).stdout.split() == [OLD] * 3
+    args = ["upgrade", str(inventory), "--driver-version", NEW, "--max-unavailable", "1"]
+    proc = subprocess.Popen([*GPUSTACK, *args], cwd=ROOT, env={**os.environ, **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    state_file = Path(env["GPUSTACK_STATE_DIR"]) / "upgrades" / state_path_for(inventory).name
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline and proc.poll() is None:
+        if state_file.exists():
+            nodes = json.loads(state_file.read_text())["nodes"]
+            if nodes[NODES[0]]["state"] == "upgrade-done":
+                break
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 130, out + err
+    assert "Stopping: no new node starts" in err
+    assert "Rollout interrupted; continue with --resume." in out
+
+    stopped = load_state(inventory, env)
+    states = {n: r.state for n, r in stopped.nodes.items()}
+    assert states[NODES[0]] == "upgrade-done"
+    # The node that was in flight when the signal came finished; no other node started.
+    assert states[NODES[2]] == "upgrade-required", states
+    assert states[NODES[1]] in ("upgrade-done", "upgrade-required"), states
+    done_before = [n for n, s in states.items() if s == "upgrade-done"]
+    history_before = len(stopped.history)
+
+    code, doc = upgrade(inventory, env, "--driver-version", NEW, "--max-unavailable", "1",
+                        "--resume")  # fmt: skip
+    assert code == 0, doc
+    assert doc["status"] == "done" and doc["summary"]["done"] == 3
+    run = load_state(inventory, env)
+    resumed = run.history[history_before:]
+    assert {t.node for t in resumed}.isdisjoint(done_before), "done nodes were redone"
+    assert all(n.attempts == 1 for n in run.nodes.values())
+    assert_one_at_a_time(run)
+    for node in NODES:
+        assert [t.to_state for t in run.history if t.node == node][-1] == "upgrade-done"
+        assert doc["nodes"][node]["driver"] == {
+            "installed_version": NEW, "held": True,
+            "state": "installed, not loaded: no NVIDIA device",
+        }  # fmt: skip
+        assert ssh(inventory, node, VERSIONS).stdout.split() == [NEW] * 3
+        holds = ssh(inventory, node, "apt-mark showhold").stdout.split()
+        assert {"nvidia-smi", "nvidia-kernel-dkms", "libcuda1"} <= set(holds)
+        pin = ssh(inventory, node, "cat /etc/apt/preferences.d/gpustack-nvidia-driver.pref")
+        assert f"Pin: version {NEW}" in pin.stdout
+
+
+def test_a_failing_node_stops_the_rollout(lab):
+    inventory, env = lab
+    first = NODES[0]
+    ssh(inventory, first, f"echo 'deb broken-on-purpose' > {BROKEN}")
+    try:
+        code, doc = upgrade(inventory, env, "--driver-version", OLD, "--max-unavailable", "1")
+    finally:
+        ssh(inventory, first, f"rm -f {BROKEN}")
+    assert code == 1, doc
+    assert doc["status"] == "failed" and doc["exit_code"] == 1
+    assert doc["message"].startswith(f"Rollout stopped: 1 node(s) failed (max-failures 0); last: {first}")  # fmt: skip
+    node = doc["nodes"][first]
+    assert node["state"] == "upgrade-failed"
+    assert node["reason"].startswith("driver role: "), node
+    assert "Malformed" in node["reason"] or "broken-on-purpose" in node["reason"], node
+    assert node["artifacts"] and Path(node["artifacts"]).is_dir()
+    for other in NODES[1:]:
+        assert doc["nodes"][other]["state"] == "upgrade-required"
+        assert ssh(inventory, other, VERSIONS).stdout.split() == [NEW] * 3, "rollout went on"
+    run = load_state(inventory, env)
+    assert run.nodes[first].reason == node["reason"]
+    assert {t.node for t in run.history} == {first}

@@ -1,0 +1,72 @@
+"""TEST DOUBLES for upgrade tests: they stand in for running the driver role over SSH.
+
+Nothing here touches a host. `FakeHostUpgrader` answers as the nvidia_driver role's
+`gpustack_driver` fact would after an install; the lab tests (tests/lab/test_upgrade.py) run
+the real role on real nodes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from gpustack.upgrade.backend import HostOutcome
+
+NEW = "535.309.01-0+deb12u1"
+
+
+class FakeHostUpgrader:
+    """Test double: 'upgrades' a host in `duration` seconds; some hosts fail or misbehave."""
+
+    def __init__(
+        self,
+        version: str = NEW,
+        fail: dict[str, str] | None = None,
+        not_held: set[str] | None = None,
+        wrong_version: dict[str, str] | None = None,
+        duration: float = 0.0,
+        durations: dict[str, float] | None = None,
+        before: Callable[[str], None] | None = None,
+    ):
+        self.version = version
+        self.fail = fail or {}
+        self.not_held = not_held or set()
+        self.wrong_version = wrong_version or {}
+        self.duration = duration
+        self.durations = durations or {}
+        self.before = before
+        self.calls: list[str] = []
+        self.active: set[str] = set()
+        self.max_active = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, host: str, cancel: Callable[[], bool], clock=None) -> HostOutcome:
+        with self._lock:
+            self.calls.append(host)
+            self.active.add(host)
+            self.max_active = max(self.max_active, len(self.active))
+        try:
+            if self.before:
+                self.before(host)
+            deadline = time.monotonic() + self.durations.get(host, self.duration)
+            while time.monotonic() < deadline:
+                if cancel():
+                    return HostOutcome(ok=False, reason="canceled", canceled=True)
+                time.sleep(0.01)
+            if cancel():
+                return HostOutcome(ok=False, reason="canceled", canceled=True)
+            if host in self.fail:
+                return HostOutcome(ok=False, reason=self.fail[host])
+            version = self.wrong_version.get(host, self.version)
+            return HostOutcome(
+                ok=True,
+                driver={
+                    "installed_version": version,
+                    "held": host not in self.not_held,
+                    "state": "installed, not loaded: no NVIDIA device",
+                },
+            )
+        finally:
+            with self._lock:
+                self.active.discard(host)
