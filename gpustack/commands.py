@@ -78,8 +78,13 @@ def _run(opts: HostOptions, playbook: str, title: str, check=False, diff=False) 
     return result, inventory, extravars, kubeconfig
 
 
-def _finish(command: str, opts: HostOptions, result: RunResult, extra=None, text=None) -> int:
+def _finish(
+    command: str, opts: HostOptions, result: RunResult, extra=None, text=None, code=None
+) -> int:
+    """Report, print, return the exit code (`code` when the command's own verdict decides it)."""
+    code = int(result.exit_code) if code is None else int(code)
     doc = output.run_document(command, result, extra)
+    doc["exit_code"] = code
     output.write_report(opts.report, doc)
     if opts.output == "json":
         output.print_json(doc)
@@ -89,7 +94,7 @@ def _finish(command: str, opts: HostOptions, result: RunResult, extra=None, text
         output.print_run(result, opts.verbose)
     if result.exit_code:
         output.stderr.print(f"Artifacts of this run: {result.artifacts_dir}")
-    return int(result.exit_code)
+    return code
 
 
 def install(opts: HostOptions, check: bool = False, diff: bool = False) -> int:
@@ -132,26 +137,50 @@ def doctor_cmd(opts: HostOptions) -> int:
         for p in doctor.find_problems(name, host.facts, require_gpu)
     ]
     extra = {"problems": [p.__dict__ for p in problems]}
-    code = _finish(
+    code = result.exit_code
+    if code == ExitCode.OK and any(p.severity == "error" for p in problems):
+        code = ExitCode.VERIFY_FAILED
+    return _finish(
         "doctor",
         opts,
         result,
         extra,
         text=lambda: (output.print_fleet(result, problems), _print_unreachable(result)),
+        code=code,
     )
-    if code == ExitCode.OK and any(p.severity == "error" for p in problems):
-        return int(ExitCode.VERIFY_FAILED)
-    return code
 
 
 def status(opts: HostOptions) -> int:
-    result, *_ = _run(opts, "preflight.yml", "gpustack status")
+    from gpustack import fleet, status_view
+
+    result, inventory, _, kubeconfig = _run(opts, "status.yml", "gpustack status")
+    k8s = _kubernetes_status(kubeconfig, inventory) if kubeconfig else None
+    rows = fleet.status_rows(result.hosts, k8s, fleet.upgrade_states(inventory.path))
+    extra = {
+        "nodes": {row.host: row.to_dict() for row in rows},
+        "drift": {row.host: row.drift for row in rows if row.drift},
+    }
+    code = result.exit_code
+    if code == ExitCode.OK and extra["drift"]:
+        code = ExitCode.DRIFT
     return _finish(
         "status",
         opts,
         result,
-        text=lambda: (output.print_fleet(result, None), _print_unreachable(result)),
+        extra,
+        text=lambda: (status_view.print_status(rows, k8s is not None), _print_unreachable(result)),
+        code=code,
     )
+
+
+def _kubernetes_status(kubeconfig: str, inventory) -> dict | None:
+    """Per inventory host, the Kubernetes node's view (none until the cluster package lands)."""
+    try:
+        from gpustack.cluster import status as cluster_status
+    except ImportError:
+        output.stderr.print("Note: the Kubernetes columns of status are not implemented yet.")
+        return None
+    return cluster_status.read_nodes(kubeconfig, inventory)
 
 
 def _print_unreachable(result: RunResult) -> None:
