@@ -12,6 +12,7 @@ from gpustack import doctor, output
 from gpustack.config import check_extra_vars
 from gpustack.errors import BadInput, ExitCode
 from gpustack.extravars import parse_extra_vars
+from gpustack.inputs_check import check_host_vars, check_inputs
 from gpustack.inventory import load_inventory
 from gpustack.results import RunResult
 
@@ -40,8 +41,10 @@ def _validate(opts: HostOptions):
     if opts.report:
         _check_writable(opts.report)
     extravars = parse_extra_vars(opts.extra_vars)
+    check_inputs(extravars)
     check_extra_vars(extravars)
     inventory = load_inventory(opts.inventory, opts.limit)
+    check_host_vars(inventory.hostvars, extravars)
     kubeconfig = opts.kubeconfig or os.environ.get("KUBECONFIG")
     if opts.kubeconfig and not Path(opts.kubeconfig).expanduser().is_file():
         raise BadInput(
@@ -110,14 +113,17 @@ def install(opts: HostOptions, check: bool = False, diff: bool = False) -> int:
 
 
 def plan(opts: HostOptions) -> int:
+    from gpustack import fleet_view, plan_summary
+
     result, *_ = _run(opts, "site.yml", "gpustack plan (check mode)", check=True, diff=True)
+    plans = {name: plan_summary.summarize(host.changes) for name, host in result.hosts.items()}
     return _finish(
         "plan",
         opts,
         result,
-        {"check_mode": True},
+        {"check_mode": True, "plan": {name: p.to_dict() for name, p in plans.items()}},
         text=lambda: (
-            output.print_changes(result, opts.verbose),
+            fleet_view.print_plan(plans, opts.verbose),
             output.print_run(result, opts.verbose),
         ),
     )
@@ -151,7 +157,7 @@ def doctor_cmd(opts: HostOptions) -> int:
 
 
 def status(opts: HostOptions) -> int:
-    from gpustack import fleet, status_view
+    from gpustack import fleet, fleet_view
 
     result, inventory, _, kubeconfig = _run(opts, "status.yml", "gpustack status")
     k8s = _kubernetes_status(kubeconfig, inventory) if kubeconfig else None
@@ -168,7 +174,7 @@ def status(opts: HostOptions) -> int:
         opts,
         result,
         extra,
-        text=lambda: (status_view.print_status(rows, k8s is not None), _print_unreachable(result)),
+        text=lambda: (fleet_view.print_status(rows, k8s is not None), _print_unreachable(result)),
         code=code,
     )
 

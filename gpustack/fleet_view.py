@@ -1,4 +1,4 @@
-"""Text view of `gpustack status`: one row per node, drift named in its own column."""
+"""Text views of `gpustack status` (one row per node, drift named) and `gpustack plan`."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from rich.table import Table
 
 from gpustack.fleet import NodeStatus
 from gpustack.output import stdout
+from gpustack.plan_summary import HostPlan
 
 
 def _k(value) -> str:
@@ -65,3 +66,51 @@ def print_status(rows: list[NodeStatus], kubernetes: bool) -> None:
         )
     elif all(r.reachable for r in rows):
         stdout.print(f"\nNo drift on {len(rows)} node(s).")
+
+
+def print_plan(plans: dict[str, HostPlan], verbose: int = 0) -> None:
+    """Per host: packages, holds, files (diffs with -v), services, reboots; nothing changed."""
+    for host, plan in plans.items():
+        if plan.empty():
+            stdout.print(f"[bold]{escape(host)}[/]: no changes")
+            continue
+        stdout.print(f"[bold]{escape(host)}[/]: would change")
+        sections = (
+            ("install", plan.install),
+            ("upgrade/downgrade", plan.upgrade),
+            ("remove", plan.remove),
+            ("holds", plan.holds),
+            ("restart/enable", plan.services),
+            ("reboot", plan.reboots),
+            ("other", plan.other),
+        )
+        for title, items in sections:
+            if items:
+                stdout.print(f"  {title}:")
+                for item in items:
+                    stdout.print(f"    {escape(item)}")
+        if plan.files:
+            stdout.print("  files:")
+            for entry in plan.files:
+                stdout.print(f"    {escape(str(entry['path']))}")
+                if verbose:
+                    for diff in entry["diff"]:
+                        text = diff.get("prepared") or _unified(diff)
+                        if text:
+                            stdout.print(escape(text), highlight=False)
+    stdout.print("Nothing was changed (check mode).")
+
+
+def _unified(diff: dict) -> str:
+    import difflib
+
+    before, after = diff.get("before"), diff.get("after")
+    if not isinstance(before, str) or not isinstance(after, str):
+        return f"      {diff.get('before', '')!s} -> {diff.get('after', '')!s}" if diff else ""
+    lines = difflib.unified_diff(
+        before.splitlines(keepends=True),
+        after.splitlines(keepends=True),
+        diff.get("before_header", "before"),
+        diff.get("after_header", "after"),
+    )
+    return "".join("      " + line for line in lines).rstrip()
