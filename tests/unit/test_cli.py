@@ -75,7 +75,7 @@ def test_every_bad_input_is_one_error_with_hint_and_exit_2(tmp_path, inv, state_
 
 
 def test_unimplemented_commands_say_so(inv):
-    for command, issue in (("upgrade", 6), ("verify", 5), ("manifests", 5)):
+    for command, issue in (("upgrade", 6), ("verify", 5)):
         proc = run_cli(command, str(inv))
         assert proc.returncode == 2
         assert f"`gpustack {command}` is not implemented yet" in proc.stderr
