@@ -44,7 +44,7 @@ def _validate(opts: HostOptions):
     check_inputs(extravars)
     check_extra_vars(extravars)
     inventory = load_inventory(opts.inventory, opts.limit)
-    check_host_vars(inventory.hostvars, extravars)
+    check_host_vars(inventory, extravars)
     kubeconfig = opts.kubeconfig or os.environ.get("KUBECONFIG")
     if opts.kubeconfig and not Path(opts.kubeconfig).expanduser().is_file():
         raise BadInput(
@@ -213,8 +213,15 @@ def doctor_cmd(opts: HostOptions) -> int:
 def status(opts: HostOptions) -> int:
     from gpustack import fleet, fleet_view
 
-    result, inventory, _, kubeconfig = _run(opts, "status.yml", "gpustack status")
-    k8s = _kubernetes_status(kubeconfig, inventory) if kubeconfig else None
+    validated = _validate(opts)
+    inventory, extravars, kubeconfig = validated
+    session = None
+    if kubeconfig:  # reach the cluster before any host is contacted
+        from gpustack.cluster import status as cluster_status
+
+        session = cluster_status.prepare(kubeconfig, inventory, extravars)
+    result, *_ = _run(opts, "status.yml", "gpustack status", validated=validated)
+    k8s = cluster_status.read_nodes(session) if session else None
     rows = fleet.status_rows(result.hosts, k8s, fleet.upgrade_states(inventory.path))
     extra = {
         "nodes": {row.host: row.to_dict() for row in rows},
@@ -231,16 +238,6 @@ def status(opts: HostOptions) -> int:
         text=lambda: (fleet_view.print_status(rows, k8s is not None), _print_unreachable(result)),
         code=code,
     )
-
-
-def _kubernetes_status(kubeconfig: str, inventory) -> dict | None:
-    """Per inventory host, the Kubernetes node's view (none until the cluster package lands)."""
-    try:
-        from gpustack.cluster import status as cluster_status
-    except ImportError:
-        output.stderr.print("Note: the Kubernetes columns of status are not implemented yet.")
-        return None
-    return cluster_status.read_nodes(kubeconfig, inventory)
 
 
 def _print_unreachable(result: RunResult) -> None:

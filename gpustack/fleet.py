@@ -190,8 +190,8 @@ def node_status(
 
 
 def kubernetes_drift(gpu_count: int, k8s: dict[str, Any] | None) -> list[str]:
-    if k8s is None:
-        return ["no Kubernetes node for this host"]
+    if k8s is None or not k8s.get("node"):
+        return [(k8s or {}).get("error") or "no Kubernetes node for this host"]
     out = []
     if gpu_count:
         if not k8s.get("allocatable_gpus"):

@@ -87,10 +87,41 @@ def check_inputs(variables: dict[str, Any], where: str = "-e") -> None:
             )
 
 
-def check_host_vars(hostvars: dict[str, dict[str, Any]], extravars: dict[str, Any]) -> None:
+def resolved_host_vars(inventory) -> dict[str, dict[str, Any]]:
+    """{host: variables} as a play sees them ([all:vars], groups, group_vars/, host_vars/),
+    limited to what is checked here; values are not templated."""
+    from ansible.vars.manager import VariableManager
+
+    from gpustack.inventory import _ansible_inventory_manager
+
+    wanted = set(role_options()) | {"gpustack_require_gpu", "ansible_port"}
+    manager = _ansible_inventory_manager(inventory.path)
+    variables = VariableManager(loader=manager._loader, inventory=manager)
+    found: dict[str, dict[str, Any]] = {}
+    for name in inventory.hosts:
+        every = variables.get_vars(host=manager.get_host(name), include_hostvars=False)
+        found[name] = {k: _plain(v) for k, v in every.items() if k in wanted}
+    return found
+
+
+def _plain(value: Any) -> Any:
+    """Ansible's tagged values as plain Python values (for messages and type checks)."""
+    if isinstance(value, bool) or value is None:
+        return value
+    for kind in (str, int, float):
+        if isinstance(value, kind):
+            return kind(value)
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def check_host_vars(inventory, extravars: dict[str, Any]) -> None:
     """Inventory variables of each target host: connection basics and role inputs."""
     options = role_options()
-    for host, variables in hostvars.items():
+    for host, variables in resolved_host_vars(inventory).items():
         where = f"inventory host {host}:"
         port = variables.get("ansible_port")
         bad_port = not str(port).isdigit() or not 0 < int(str(port)) < 65536

@@ -29,6 +29,10 @@ FILES = {
     "kube_broken.yaml": "apiVersion: v1\nclusters: [\n",
     "kube_list.yaml": "- not\n- a kubeconfig\n",
     "kube_nocontext.yaml": "apiVersion: v1\nkind: Config\nclusters: []\ncontexts: []\nusers: []\n",
+    # nothing listens on port 9 of the loopback: connection refused at once
+    "kube_dead.yaml": "apiVersion: v1\nkind: Config\ncurrent-context: dead\n"
+    "clusters: [{name: dead, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+    "contexts: [{name: dead, context: {cluster: dead, user: u}}]\nusers: [{name: u, user: {}}]\n",
 }
 EMPTY_DIR = "emptydir"
 
@@ -72,6 +76,10 @@ CASES = [
     ("ev-bool-role", ["install", "{tmp}/inv.ini", "-e", "nvidia_driver_open_kernel_modules=perhaps"], "not a boolean", 2),
     # kubeconfig
     ("kube-missing", ["status", "{tmp}/inv.ini", "--kubeconfig", "{tmp}/nokube"], "kubeconfig", 2),
+    ("kube-broken-yaml", ["status", "{tmp}/inv.ini", "--kubeconfig", "{tmp}/kube_broken.yaml"], "is not usable", 2),
+    ("kube-not-mapping", ["install", "{tmp}/inv.ini", "--kubeconfig", "{tmp}/kube_list.yaml"], "is not usable", 2),
+    ("kube-no-context", ["status", "{tmp}/inv.ini", "--kubeconfig", "{tmp}/kube_nocontext.yaml"], "is not usable", 2),
+    ("kube-unreachable", ["status", "{tmp}/inv.ini", "--kubeconfig", "{tmp}/kube_dead.yaml"], "cannot reach the Kubernetes API server", 2),
     # options
     ("opt-output", ["status", "{tmp}/inv.ini", "--output", "xml"], "unknown --output 'xml'", 2),
     ("opt-report-dir", ["install", "{tmp}/inv.ini", "--report", "{tmp}"], "cannot write report", 2),
