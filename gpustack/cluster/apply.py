@@ -50,10 +50,14 @@ def apply_objects(
 ) -> list[Applied]:
     """Server-side apply each object in order; report what changed."""
     done = []
+    absent_namespaces = set()  # check mode: a namespace that would be created holds nothing yet
     for obj in objects:
         meta = obj["metadata"]
         name, namespace = meta["name"], meta.get("namespace")
         ref = f"{obj['kind']} {namespace + '/' if namespace else ''}{name}"
+        if dry_run and namespace in absent_namespaces:
+            done.append(Applied(obj["kind"], name, namespace, "would create"))
+            continue
         resource = call(
             lambda o=obj: cluster.dynamic.resources.get(
                 api_version=o["apiVersion"], kind=o["kind"]
@@ -70,6 +74,8 @@ def apply_objects(
         )
         if dry_run:
             action = "would create" if before is None else "would apply"
+            if before is None and obj["kind"] == "Namespace":
+                absent_namespaces.add(name)
         elif before is None:
             action = "created"
         elif before.metadata.resourceVersion == after.metadata.resourceVersion:

@@ -73,3 +73,21 @@ def test_second_install_changes_nothing(cluster, kubeconfig, clock):
     assert after == before
     assert emu.get("v1", "Node", "gpu1")["metadata"]["resourceVersion"] == node_rv
     assert emu.count("PATCH", "/api/v1/nodes/gpu1") == node_patches  # labels already right
+
+
+def test_check_mode_changes_nothing_in_the_cluster(cluster, kubeconfig, clock):
+    emu = cluster.emulator
+    gpu_cluster(emu, {"gpu1": 1})
+    node_rv = emu.get("v1", "Node", "gpu1")["metadata"]["resourceVersion"]
+    report = flow.install(
+        session_for(kubeconfig, ["gpu1"]),
+        run_result({"gpu1": gpu_facts("gpu1", 1)}),
+        check=True,
+        clock=clock,
+    )
+    assert {a.action for a in report.applied} == {"would create"}
+    assert report.labels["gpu1"]["nvidia.com/gpu.present"] == "true"
+    assert report.nodes == []
+    assert emu.objects("apps/v1", "DaemonSet") == []
+    assert emu.get("v1", "Namespace", NS) is None
+    assert emu.get("v1", "Node", "gpu1")["metadata"]["resourceVersion"] == node_rv

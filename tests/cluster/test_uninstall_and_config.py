@@ -86,7 +86,7 @@ def test_kubeconfig_missing_malformed_unreachable(tmp_path, cluster):
         connect.connect(str(empty))
     dead = cluster.write_kubeconfig(tmp_path / "dead", server="http://127.0.0.1:9")
     with pytest.raises(
-        BadInput, match="cannot reach the Kubernetes API server at http://127.0.0.1:9"
+        BadInput, match=r"cannot reach the Kubernetes API server at http://127\.0\.0\.1:9"
     ):
         connect.check_reachable(connect.connect(str(dead)))
 

@@ -172,7 +172,7 @@ def test_pending_without_condition_uses_events(cluster, kubeconfig, clock):
         extravars={"gpustack_k8s_verify_timeout": 10},
     )
 
-    status, message = checks(report, "gpu1")["pod"]
+    _, message = checks(report, "gpu1")["pod"]
     assert 'FailedCreatePodSandBox: no runtime for "nvidia" is configured' in message
 
 
