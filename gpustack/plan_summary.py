@@ -90,7 +90,8 @@ def summarize(changes: list[TaskChange]) -> HostPlan:
                 name = item.get("item") or item.get("name") or "?"
                 _add(plan.holds, f"{name}: {item.get('before', '?')} -> {item.get('after', '?')}")
         elif action in _FILE_ACTIONS:
-            path = details.get("dest") or details.get("path") or label
+            headers = [d.get("after_header") for d in change.diff if d.get("after_header")]
+            path = details.get("dest") or details.get("path") or (headers or [label])[0]
             plan.files.append({"path": path, "task": label, "diff": change.diff})
         elif action in _SERVICE_ACTIONS:
             state = details.get("state") or ("enabled" if details.get("enabled") else "changed")
