@@ -192,3 +192,19 @@ def test_local_status_run_reports_drift_exit_5_and_changes_nothing(tmp_path, sta
     assert text.returncode == 5
     assert "driver not installed" in text.stdout and "Drift on 1 of 1 node(s)" in text.stdout
     assert len(runs_started(state_dir)) == 2
+
+
+def test_upgrade_state_file_is_read_per_node(tmp_path, monkeypatch):
+    """STAND-IN for gpustack.upgrade.state (branch `upgrade`): only its state_path_for is used."""
+    import sys
+    from types import ModuleType
+
+    record = tmp_path / "upgrade.json"
+    record.write_text(json.dumps({"nodes": {"n1": {"state": "drain-required"}, "n2": {}}}))
+    stand_in = ModuleType("gpustack.upgrade.state")
+    stand_in.state_path_for = lambda inventory: record
+    monkeypatch.setitem(sys.modules, "gpustack.upgrade", ModuleType("gpustack.upgrade"))
+    monkeypatch.setitem(sys.modules, "gpustack.upgrade.state", stand_in)
+    assert fleet.upgrade_states(tmp_path / "inv.ini") == {"n1": "drain-required"}
+    record.write_text("{not json")
+    assert fleet.upgrade_states(tmp_path / "inv.ini") == {}
