@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 from kubernetes import client, config, dynamic
 from kubernetes.client.exceptions import ApiException
 
-from tests.cluster.emulator import PodFate, label_matcher
+from tests.cluster.emulator import PodFate
+from tests.cluster.kube_semantics import label_matcher
 
 
 @pytest.fixture
@@ -28,15 +28,12 @@ def test_label_selectors():
     assert label_matcher("")(labels)
 
 
-def test_thousand_nodes_list_fast_and_paged(cluster, api):
+def test_thousand_nodes_list_and_pages(cluster, api):
     emu = cluster.emulator
     emu.add_nodes(1000, labels={"pool": "gpu"})
     core = client.CoreV1Api(api)
-    start = time.perf_counter()
-    response = core.list_node(_preload_content=False)
-    elapsed = time.perf_counter() - start
+    response = core.list_node(_preload_content=False)  # speed: tests/cluster/bench_emulator.py
     assert response.status == 200 and response.data.count(b'"kind": "Node"') == 1000
-    assert elapsed < 0.5, elapsed  # the emulator's share; a figure, not a benchmark
     names, token = [], None
     while True:
         page = core.list_node(limit=300, _continue=token, label_selector="pool=gpu")
@@ -46,7 +43,7 @@ def test_thousand_nodes_list_fast_and_paged(cluster, api):
             break
         assert page.metadata.remaining_item_count == 1000 - len(names)
     assert len(names) == 1000 == len(set(names))
-    assert emu.count("GET", "/api/v1/nodes") == 5
+    assert emu.count("GET", "/api/v1/nodes") == 5  # 1 full list + 4 pages
 
 
 def test_server_side_apply_ownership(cluster, api):
