@@ -12,6 +12,7 @@ from gpustack import doctor, output
 from gpustack.config import check_extra_vars
 from gpustack.errors import BadInput, ExitCode
 from gpustack.extravars import parse_extra_vars
+from gpustack.inputs_check import check_host_vars, check_inputs
 from gpustack.inventory import load_inventory
 from gpustack.results import RunResult
 
@@ -40,8 +41,10 @@ def _validate(opts: HostOptions):
     if opts.report:
         _check_writable(opts.report)
     extravars = parse_extra_vars(opts.extra_vars)
+    check_inputs(extravars)
     check_extra_vars(extravars)
     inventory = load_inventory(opts.inventory, opts.limit)
+    check_host_vars(inventory, extravars)
     kubeconfig = opts.kubeconfig or os.environ.get("KUBECONFIG")
     if opts.kubeconfig and not Path(opts.kubeconfig).expanduser().is_file():
         raise BadInput(
@@ -80,8 +83,13 @@ def _run(
     return result, inventory, extravars, kubeconfig
 
 
-def _finish(command: str, opts: HostOptions, result: RunResult, extra=None, text=None) -> int:
+def _finish(
+    command: str, opts: HostOptions, result: RunResult, extra=None, text=None, code=None
+) -> int:
+    """Report, print, return the exit code (`code` when the command's own verdict decides it)."""
+    code = int(result.exit_code) if code is None else int(code)
     doc = output.run_document(command, result, extra)
+    doc["exit_code"] = code
     output.write_report(opts.report, doc)
     if opts.output == "json":
         output.print_json(doc)
@@ -91,7 +99,7 @@ def _finish(command: str, opts: HostOptions, result: RunResult, extra=None, text
         output.print_run(result, opts.verbose)
     if result.exit_code:
         output.stderr.print(f"Artifacts of this run: {result.artifacts_dir}")
-    return int(result.exit_code)
+    return code
 
 
 def install(
@@ -159,14 +167,17 @@ def _write_junit(path: str | None, suite: str, result: RunResult, k8s) -> None:
 
 
 def plan(opts: HostOptions) -> int:
+    from gpustack import fleet_view, plan_summary
+
     result, *_ = _run(opts, "site.yml", "gpustack plan (check mode)", check=True, diff=True)
+    plans = {name: plan_summary.summarize(host.changes) for name, host in result.hosts.items()}
     return _finish(
         "plan",
         opts,
         result,
-        {"check_mode": True},
+        {"check_mode": True, "plan": {name: p.to_dict() for name, p in plans.items()}},
         text=lambda: (
-            output.print_changes(result, opts.verbose),
+            fleet_view.print_plan(plans, opts.verbose),
             output.print_run(result, opts.verbose),
         ),
     )
@@ -186,25 +197,46 @@ def doctor_cmd(opts: HostOptions) -> int:
         for p in doctor.find_problems(name, host.facts, require_gpu)
     ]
     extra = {"problems": [p.__dict__ for p in problems]}
-    code = _finish(
+    code = result.exit_code
+    if code == ExitCode.OK and any(p.severity == "error" for p in problems):
+        code = ExitCode.VERIFY_FAILED
+    return _finish(
         "doctor",
         opts,
         result,
         extra,
         text=lambda: (output.print_fleet(result, problems), _print_unreachable(result)),
+        code=code,
     )
-    if code == ExitCode.OK and any(p.severity == "error" for p in problems):
-        return int(ExitCode.VERIFY_FAILED)
-    return code
 
 
 def status(opts: HostOptions) -> int:
-    result, *_ = _run(opts, "preflight.yml", "gpustack status")
+    from gpustack import fleet, fleet_view
+
+    validated = _validate(opts)
+    inventory, extravars, kubeconfig = validated
+    session = None
+    if kubeconfig:  # reach the cluster before any host is contacted
+        from gpustack.cluster import status as cluster_status
+
+        session = cluster_status.prepare(kubeconfig, inventory, extravars)
+    result, *_ = _run(opts, "status.yml", "gpustack status", validated=validated)
+    k8s = cluster_status.read_nodes(session) if session else None
+    rows = fleet.status_rows(result.hosts, k8s, fleet.upgrade_states(inventory.path))
+    extra = {
+        "nodes": {row.host: row.to_dict() for row in rows},
+        "drift": {row.host: row.drift for row in rows if row.drift},
+    }
+    code = result.exit_code
+    if code == ExitCode.OK and extra["drift"]:
+        code = ExitCode.DRIFT
     return _finish(
         "status",
         opts,
         result,
-        text=lambda: (output.print_fleet(result, None), _print_unreachable(result)),
+        extra,
+        text=lambda: (fleet_view.print_status(rows, k8s is not None), _print_unreachable(result)),
+        code=code,
     )
 
 

@@ -49,11 +49,11 @@ class DriverInputs(BaseModel):
         return text
 
 
-def check_extra_vars(extravars: dict[str, Any]) -> None:
-    """Raise BadInput for the first invalid gpustack input among the extra vars."""
+def check_extra_vars(extravars: dict[str, Any], where: str = "-e") -> None:
+    """Raise BadInput for the first invalid gpustack input among the extra vars (or `where`)."""
     for name in ("gpustack_require_gpu", "nvidia_driver_open_kernel_modules"):
         if name in extravars and str(extravars[name]).lower() not in _BOOL:
-            raise BadInput(f"-e {name}={extravars[name]}: not a boolean", "use true or false")
+            raise BadInput(f"{where} {name}={extravars[name]}: not a boolean", "use true or false")
     try:
         inputs = DriverInputs.model_validate(extravars)
     except ValidationError as exc:
@@ -61,7 +61,7 @@ def check_extra_vars(extravars: dict[str, Any]) -> None:
         name = err["loc"][0]
         message = err["msg"].removeprefix("Value error, ")
         raise BadInput(
-            f"-e {name}: {message}", _HINTS.get(str(name), "see docs/variables.md")
+            f"{where} {name}: {message}", _HINTS.get(str(name), "see docs/variables.md")
         ) from None
     if inputs.nvidia_driver_source == "mirror" and not inputs.nvidia_driver_mirror_url:
         raise BadInput(

@@ -28,9 +28,10 @@ stderr = _console(stderr=True)
 
 
 def print_error(error: GpustackError) -> None:
-    stderr.print(f"[bold red]Error:[/] {escape(error.message)}")
+    # soft_wrap: one line each, however long (scripts and tests read them line by line)
+    stderr.print(f"[bold red]Error:[/] {escape(error.message)}", soft_wrap=True)
     if error.hint:
-        stderr.print(f"[bold]Hint:[/] {escape(error.hint)}")
+        stderr.print(f"[bold]Hint:[/] {escape(error.hint)}", soft_wrap=True)
 
 
 class LiveProgress:

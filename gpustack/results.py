@@ -22,6 +22,8 @@ class TaskChange:
     task: str
     role: str
     diff: list[dict[str, Any]] = field(default_factory=list)
+    action: str = ""
+    details: dict[str, Any] = field(default_factory=dict)  # what `plan` summarises
 
 
 @dataclass
@@ -127,7 +129,13 @@ class RunTracker:
             if res.get("changed"):
                 host.changed += 1
                 host.changes.append(
-                    TaskChange(data.get("task", ""), data.get("role", ""), _diffs(res))
+                    TaskChange(
+                        data.get("task", ""),
+                        data.get("role", ""),
+                        _diffs(res),
+                        data.get("resolved_action") or data.get("task_action") or "",
+                        _details(res),
+                    )
                 )
             for key, value in (res.get("ansible_facts") or {}).items():
                 if key.startswith(FACT_PREFIX):
@@ -165,6 +173,23 @@ def _diffs(res: dict[str, Any]) -> list[dict[str, Any]]:
     if not diff:
         return []
     return diff if isinstance(diff, list) else [diff]
+
+
+_DETAIL_KEYS = (
+    *("dest", "path", "name", "state", "enabled", "stdout", "msg", "item", "before", "after"),
+)
+
+
+def _details(res: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a changed task's result that say what changed (packages, files, services)."""
+    details = {k: res[k] for k in _DETAIL_KEYS if k in res and res[k] not in (None, "")}
+    if isinstance(res.get("results"), list):  # a loop: keep the items that changed
+        details["items"] = [
+            {k: item[k] for k in _DETAIL_KEYS if k in item and item[k] not in (None, "")}
+            for item in res["results"]
+            if isinstance(item, dict) and item.get("changed")
+        ]
+    return details
 
 
 def host_to_dict(host: HostResult) -> dict[str, Any]:

@@ -1,0 +1,79 @@
+"""The Kubernetes columns of `gpustack status`: a few paginated list calls, never one per node.
+
+Calls for any fleet size: GET /version (in `prepare`), the nodes (pages of 500) and the
+device plugin pods of gpustack's namespace (pages of 500, one label selector).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpustack.cluster import flow, nodes
+
+UPGRADE_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
+DEVICE_PLUGIN_SELECTOR = (
+    "app.kubernetes.io/name=nvidia-device-plugin,app.kubernetes.io/instance=gpustack"
+)
+GPU_RESOURCE = "nvidia.com/gpu"
+PAGE = 500
+
+
+def prepare(kubeconfig: str, inventory, extravars: dict[str, Any]) -> flow.Session:
+    """Validate the kubeconfig and reach the API server before any host is contacted."""
+    return flow.prepare(kubeconfig, inventory, extravars, required=True)
+
+
+def _gpus(node: dict[str, Any]) -> int:
+    value = ((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE, "0")
+    return int(str(value)) if str(value).isdigit() else 0
+
+
+def _ready(obj: dict[str, Any]) -> bool:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def node_views(
+    matches: dict[str, nodes.NodeMatch], plugin_pods: list[dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Pure: per inventory host, what the cluster says about its node."""
+    pods_by_node: dict[str, list[dict[str, Any]]] = {}
+    for pod in plugin_pods:
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if node_name:
+            pods_by_node.setdefault(node_name, []).append(pod)
+    views: dict[str, dict[str, Any]] = {}
+    for host, match in matches.items():
+        if match.node is None:
+            views[host] = {"node": None, "error": match.error, "hint": match.hint}
+            continue
+        node = match.node
+        name = node["metadata"]["name"]
+        pods = pods_by_node.get(name, [])
+        views[host] = {
+            "node": name,
+            "ready": _ready(node),
+            "cordoned": bool((node.get("spec") or {}).get("unschedulable")),
+            "allocatable_gpus": _gpus(node),
+            "device_plugin_ready": (any(_ready(p) for p in pods) if pods else None),
+            "device_plugin_pods": [p["metadata"]["name"] for p in pods],
+            "upgrade_state": ((node["metadata"].get("labels") or {}).get(UPGRADE_STATE_LABEL)),
+        }
+    return views
+
+
+def read_nodes(session: flow.Session) -> dict[str, dict[str, Any]]:
+    """List nodes and device plugin pods (paginated) and map them to inventory hosts."""
+    cluster = session.cluster
+    try:
+        all_nodes = cluster.list_all("/api/v1/nodes", "list nodes", page=PAGE)
+        pods = cluster.list_all(
+            f"/api/v1/namespaces/{session.config.namespace}/pods",
+            "list the device plugin pods",
+            page=PAGE,
+            labelSelector=DEVICE_PLUGIN_SELECTOR,
+        )
+    finally:
+        cluster.close()
+    matches = nodes.match_hosts(session.node_names, session.hostvars, all_nodes)
+    return node_views(matches, pods)

@@ -1,0 +1,241 @@
+"""`gpustack status`: what each node runs, what install would make of it, and the drift (pure).
+
+Input is plain data: the facts of the read-only status play (`gpustack_preflight`,
+`gpustack_status`, `gpustack_status_inputs`), optionally the Kubernetes view of the node and the
+upgrade state; output is one row per node with a list naming every desired/actual difference.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpustack import doctor, paths
+
+UNSET = ""
+
+
+@cache
+def role_defaults() -> dict[str, Any]:
+    """Every role's defaults/main.yml, merged: what install uses when nobody set an input."""
+    merged: dict[str, Any] = {}
+    for path in sorted(paths.roles_dir().glob("*/defaults/main.yml")):
+        merged.update(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+    return merged
+
+
+def upstream(version: str | None) -> str:
+    """535.309.01-0+deb12u1 -> 535.309.01 (no epoch, no packaging revision)."""
+    if not version:
+        return ""
+    return re.sub(r"^[0-9]+:", "", str(version)).split("-")[0]
+
+
+def _bare(version: str | None) -> str:
+    return re.sub(r"^[0-9]+:", "", str(version or ""))
+
+
+def _bool(value: Any) -> bool:
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
+@dataclass
+class DriverDesired:
+    """What install would put on the host for the driver."""
+
+    version: str = ""
+    branch: str = ""
+    pinned: str = ""
+
+    def describe(self) -> str:
+        if self.version:
+            return self.version
+        if self.pinned and (not self.branch or upstream(self.pinned).startswith(self.branch + ".")):
+            return f"{self.pinned} (pinned)"
+        return f"newest of {self.branch}" if self.branch else "newest available"
+
+
+def desired_driver(inputs: dict[str, Any], pinned: str | None) -> DriverDesired:
+    version = str(inputs.get("nvidia_driver_version") or "").strip()
+    branch = str(inputs.get("nvidia_driver_branch") or "").strip()
+    if not branch and version:
+        branch = upstream(version).split(".")[0]
+    if not branch and inputs.get("nvidia_driver_source") != "distro":
+        branch = str(inputs.get("nvidia_driver_default_branch") or "").strip()
+    return DriverDesired(version=version, branch=branch, pinned=pinned or "")
+
+
+@dataclass
+class NodeStatus:
+    """One row of `gpustack status`."""
+
+    host: str
+    reachable: bool = True
+    os: str = ""
+    kernel: str = ""
+    gpus: str = ""
+    gpu_count: int = 0
+    driver: dict[str, Any] = field(default_factory=dict)
+    toolkit: dict[str, Any] = field(default_factory=dict)
+    runtime: dict[str, Any] = field(default_factory=dict)
+    reboot_required: bool = False
+    kubernetes: dict[str, Any] | None = None
+    upgrade_state: str | None = None
+    drift: list[str] = field(default_factory=list)
+    error: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def node_status(
+    host: str,
+    facts: dict[str, Any],
+    kubernetes: dict[str, Any] | None = None,
+    upgrade_state: str | None = None,
+    k8s_expected: bool = False,
+) -> NodeStatus:
+    """Fold one host's facts (and its Kubernetes view) into a row with its drift."""
+    pf = doctor.preflight(facts)
+    st = facts.get("gpustack_status") or {}
+    row = NodeStatus(host=host, kubernetes=kubernetes, upgrade_state=upgrade_state)
+    if not pf or not st:
+        row.reachable = False
+        row.error = "no status facts (unreachable or failed)"
+        return row
+    inputs = {**role_defaults(), **(facts.get("gpustack_status_inputs") or {})}
+    osinfo = pf.get("os") or {}
+    row.os = f"{osinfo.get('id', '?')} {osinfo.get('version_id') or osinfo.get('codename', '')}"
+    row.kernel = pf.get("kernel", "")
+    row.gpus = doctor.gpu_summary(pf)
+    row.gpu_count = int((pf.get("gpus") or {}).get("count") or 0)
+    drift = row.drift
+
+    # Driver
+    installed_pkg = ((pf.get("driver") or {}).get("installed") or {}).get("package")
+    installed = ((pf.get("driver") or {}).get("installed") or {}).get("version")
+    loaded = (pf.get("driver") or {}).get("loaded_version")
+    st_driver = st.get("driver") or {}
+    want = desired_driver(inputs, st_driver.get("pinned_version"))
+    held = installed_pkg in (st_driver.get("held") or []) if installed_pkg else False
+    row.driver = {
+        "installed": installed,
+        "package": installed_pkg,
+        "loaded": loaded,
+        "desired": want.describe(),
+        "held": held,
+        "pinned": want.pinned or None,
+    }
+    if not installed:
+        drift.append(f"driver not installed (desired {want.describe()})")
+    else:
+        if want.version and _bare(installed) != _bare(want.version):
+            drift.append(f"driver installed {installed}, desired {want.version}")
+        elif want.branch and not upstream(installed).startswith(want.branch + "."):
+            drift.append(f"driver installed {installed}, desired branch {want.branch}")
+        elif not want.version and want.pinned and _bare(installed) != _bare(want.pinned):
+            drift.append(f"driver installed {installed}, pinned {want.pinned}")
+        if not held:
+            drift.append(f"driver package {installed_pkg} not held")
+        if row.gpu_count and not loaded:
+            drift.append(f"driver {installed} not loaded")
+        elif loaded and loaded != upstream(installed):
+            drift.append(f"driver loaded {loaded}, installed {installed}: reboot required")
+            row.reboot_required = True
+
+    # Container toolkit
+    st_tk = st.get("toolkit") or {}
+    tk_installed = st_tk.get("installed_version")
+    tk_version = str(inputs.get("nvidia_container_toolkit_version") or "").strip()
+    tk_pinned = st_tk.get("pinned_version") or ""
+    row.toolkit = {
+        "installed": tk_installed,
+        "desired": tk_version or (f"{tk_pinned} (pinned)" if tk_pinned else "newest available"),
+        "held": "nvidia-container-toolkit" in (st_tk.get("held") or []),
+    }
+    if not tk_installed:
+        drift.append("toolkit not installed")
+    else:
+        if tk_version and _bare(tk_installed) != _bare(tk_version):
+            drift.append(f"toolkit installed {tk_installed}, desired {tk_version}")
+        elif not tk_version and tk_pinned and _bare(tk_installed) != _bare(tk_pinned):
+            drift.append(f"toolkit installed {tk_installed}, pinned {tk_pinned}")
+        if not row.toolkit["held"]:
+            drift.append("toolkit packages not held")
+
+    # Runtime wiring
+    rt = st.get("runtime") or {}
+    kind = rt.get("kind")
+    name = inputs.get("container_runtime_nvidia_name") or "nvidia"
+    row.runtime = {"kind": kind, "wired": rt.get("wired"), "detail": rt.get("detail", "")}
+    if kind and kind != "none":
+        if not rt.get("wired"):
+            drift.append(f"{kind}: runtime {name!r} not in the effective configuration")
+        if tk_installed and not rt.get("binary_present"):
+            binary = inputs.get("container_runtime_nvidia_binary") or ""
+            drift.append(f"runtime binary {binary} missing")
+
+    if st.get("reboot_required_file"):
+        row.reboot_required = True
+
+    # Kubernetes side (only with a kubeconfig)
+    if k8s_expected:
+        drift.extend(kubernetes_drift(row.gpu_count, kubernetes))
+    return row
+
+
+def kubernetes_drift(gpu_count: int, k8s: dict[str, Any] | None) -> list[str]:
+    if k8s is None or not k8s.get("node"):
+        return [(k8s or {}).get("error") or "no Kubernetes node for this host"]
+    out = []
+    if gpu_count:
+        if not k8s.get("allocatable_gpus"):
+            out.append("nvidia.com/gpu not allocatable on the Kubernetes node")
+        if k8s.get("device_plugin_ready") is not True:
+            out.append("device plugin pod not ready on the Kubernetes node")
+    return out
+
+
+def status_rows(
+    hosts: dict[str, Any],
+    kubernetes: dict[str, dict[str, Any]] | None = None,
+    upgrade_states: dict[str, str] | None = None,
+) -> list[NodeStatus]:
+    """Rows for every host of a run (`hosts`: name -> HostResult-like with `.facts`)."""
+    rows = []
+    for name, host in hosts.items():
+        k8s = (kubernetes or {}).get(name) if kubernetes is not None else None
+        state = (upgrade_states or {}).get(name)
+        if k8s and k8s.get("upgrade_state"):
+            state = k8s["upgrade_state"]
+        row = node_status(name, host.facts, k8s, state, k8s_expected=kubernetes is not None)
+        if getattr(host, "unreachable", False):
+            row.reachable = False
+            row.error = host.unreachable_message or "unreachable"
+        rows.append(row)
+    return rows
+
+
+def upgrade_states(inventory: Path) -> dict[str, str]:
+    """Per-node state of a host-only rolling upgrade of this inventory, when one was recorded."""
+    import json
+
+    try:
+        from gpustack.upgrade.state import state_path_for  # branch `upgrade`
+    except ImportError:  # not merged yet: no upgrade state file can exist
+        return {}
+    path = state_path_for(inventory)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {
+        name: str(node.get("state"))
+        for name, node in (data.get("nodes") or {}).items()
+        if isinstance(node, dict) and node.get("state")
+    }

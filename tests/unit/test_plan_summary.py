@@ -1,0 +1,103 @@
+"""`gpustack plan`'s summary: packages, holds, files, services and reboots from changed tasks."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gpustack.plan_summary import parse_apt_simulation, summarize
+from gpustack.results import RunTracker, TaskChange
+from tests.conftest import run_cli
+
+# What `apt-get --simulate install nvidia-smi=535.309.01-0+deb12u1 ...` prints (apt 2.6).
+SIMULATION = """Reading package lists...
+Building dependency tree...
+Reading state information...
+The following packages will be upgraded:
+  libcuda1 nvidia-smi
+2 upgraded, 1 newly installed, 1 to remove and 0 not upgraded.
+Remv nvidia-legacy-check [535.261.03-1]
+Inst libcuda1 [535.261.03-1] (535.309.01-0+deb12u1 Debian-Security:12/stable-security [amd64])
+Inst nvidia-smi [535.261.03-1] (535.309.01-0+deb12u1 Debian-Security:12/stable-security [amd64])
+Inst nvidia-persistenced (535.171.04-1 Debian:12.11/stable [amd64])
+Conf libcuda1 (535.309.01-0+deb12u1 Debian-Security:12/stable-security [amd64])
+"""
+
+
+def test_apt_simulation_is_split_into_install_upgrade_remove():
+    install, upgrade, remove = parse_apt_simulation(SIMULATION)
+    assert install == ["nvidia-persistenced 535.171.04-1"]
+    assert upgrade == [
+        "libcuda1 535.261.03-1 -> 535.309.01-0+deb12u1",
+        "nvidia-smi 535.261.03-1 -> 535.309.01-0+deb12u1",
+    ]
+    assert remove == ["nvidia-legacy-check 535.261.03-1"]
+
+
+def test_summary_sorts_changes_by_kind():
+    diff = {"before": "a\n", "after": "b\n", "before_header": "/etc/x", "after_header": "/etc/x"}
+    changes = [
+        TaskChange("Install the driver", "nvidia_driver", [], "ansible.builtin.apt",
+                   {"stdout": SIMULATION}),
+        TaskChange("Refresh the package lists", "nvidia_driver", [], "ansible.builtin.apt", {}),
+        TaskChange("Hold", "nvidia_driver", [], "ansible.builtin.dpkg_selections",
+                   {"items": [{"item": "nvidia-smi", "before": "install", "after": "hold"}]}),
+        TaskChange("Pin", "nvidia_driver", [diff], "ansible.builtin.template",
+                   {"dest": "/etc/apt/preferences.d/gpustack-nvidia-driver.pref"}),
+        TaskChange("Enable", "nvidia_driver", [], "ansible.builtin.systemd_service",
+                   {"name": "nvidia-persistenced", "enabled": True}),
+        TaskChange("Plan - the runtime would restart", "container_runtime", [],
+                   "ansible.builtin.debug", {"msg": {"gpustack_plan": "restart", "service": "containerd"}}),
+        TaskChange("Plan - reboot", "nvidia_driver", [], "ansible.builtin.debug",
+                   {"msg": {"gpustack_plan": "reboot", "reason": "driver 580.1 must replace 575.2"}}),
+        TaskChange("Plan only - sources", "nvidia_driver", [], "ansible.builtin.debug",
+                   {"msg": "would refresh the package lists"}),
+    ]  # fmt: skip
+    plan = summarize(changes)
+    assert plan.install == ["nvidia-persistenced 535.171.04-1"]
+    assert len(plan.upgrade) == 2 and plan.remove == ["nvidia-legacy-check 535.261.03-1"]
+    assert plan.holds == ["nvidia-smi: install -> hold"]
+    assert plan.files == [{"path": "/etc/apt/preferences.d/gpustack-nvidia-driver.pref",
+                           "task": "nvidia_driver : Pin", "diff": [diff]}]  # fmt: skip
+    assert plan.services == ["nvidia-persistenced: would be enabled", "containerd: would restart"]
+    assert plan.reboots == ["driver 580.1 must replace 575.2"]
+    assert plan.other == [
+        "nvidia_driver : Refresh the package lists",
+        "nvidia_driver : Plan only - sources",
+    ]
+    assert not plan.empty() and summarize([]).empty()
+
+
+def test_tracker_keeps_the_details_plan_needs():
+    tracker = RunTracker(["n1"])
+    tracker.handle({"event": "runner_on_ok", "event_data": {
+        "host": "n1", "task": "Hold", "role": "r", "resolved_action": "ansible.builtin.dpkg_selections",
+        "res": {"changed": True, "results": [
+            {"item": "a", "changed": True, "before": "install", "after": "hold"},
+            {"item": "b", "changed": False, "before": "hold", "after": "hold"}]}}})  # fmt: skip
+    change = tracker.hosts["n1"].changes[0]
+    assert change.action == "ansible.builtin.dpkg_selections"
+    assert change.details["items"] == [{"item": "a", "before": "install", "after": "hold"}]
+
+
+@pytest.mark.skipif(not shutil.which("containerd"), reason="needs the containerd binary")
+def test_real_check_mode_run_of_the_runtime_role_is_summarised(tmp_path, state_dir):
+    """`plan --tags container_runtime` over a local connection: the role's files and its
+    announced restart are listed, and this machine's containerd config is left alone."""
+    config = Path("/etc/containerd/config.toml")
+    before = config.read_bytes() if config.exists() else None
+    inv = tmp_path / "local.ini"
+    inv.write_text(
+        "[gpu_nodes]\nlocal1 ansible_connection=local ansible_python_interpreter=/usr/bin/python3\n"
+    )
+    proc = run_cli("plan", str(inv), "--tags", "container_runtime", "--output", "json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    plan = json.loads(proc.stdout)["plan"]["local1"]
+    assert plan["services"] == ["containerd: would restart"]
+    paths = [f["path"] for f in plan["files"]]
+    assert "/etc/containerd/conf.d/99-nvidia.toml" in paths
+    assert "/etc/containerd/config.toml" in paths
+    assert plan["install"] == plan["upgrade"] == plan["remove"] == []
+    assert (config.read_bytes() if config.exists() else None) == before
+    assert not Path("/etc/containerd/conf.d/99-nvidia.toml").exists()

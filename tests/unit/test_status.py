@@ -1,0 +1,210 @@
+"""`gpustack status`: the probe module's parsers, the drift rules, and a real local run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from types import SimpleNamespace
+
+import pytest
+
+from gpustack import fleet
+from tests.conftest import run_cli, runs_started
+from tests.unit.test_driver_filters import load
+
+probe = load("roles/gpu_status/library/gpustack_status_facts.py", "gpustack_status_facts")
+
+OLD, NEW = "535.261.03-1", "535.309.01-0+deb12u1"
+TK = "1.17.8-1~gpustackfixture"
+
+
+def facts(installed=OLD, loaded=None, gpus=0, pinned=OLD, held=True, tk=TK, tk_pinned=TK,
+          tk_held=True, wired=True, kind="containerd", inputs=None, reboot_file=False):  # fmt: skip
+    """Facts as the status play publishes them (keys of gpustack_preflight/gpustack_status)."""
+    return {
+        "gpustack_preflight": {
+            "os": {"id": "debian", "version_id": "12", "family": "Debian"},
+            "kernel": "6.1.0-18-amd64",
+            "gpus": {"count": gpus, "devices": [{"model": "NVIDIA H100"}] * gpus},
+            "driver": {
+                "installed": {
+                    "package": "nvidia-kernel-dkms" if installed else None,
+                    "version": installed,
+                },
+                "loaded_version": loaded,
+            },
+            "runtime": kind,
+        },
+        "gpustack_status": {
+            "driver": {
+                "packages": {},
+                "held": ["nvidia-kernel-dkms"] if held else [],
+                "pinned_version": pinned,
+            },
+            "toolkit": {
+                "installed_version": tk,
+                "held": ["nvidia-container-toolkit"] if tk_held else [],
+                "pinned_version": tk_pinned,
+            },
+            "runtime": {"kind": kind, "wired": wired, "binary_present": bool(tk)},
+            "reboot_required_file": reboot_file,
+        },
+        "gpustack_status_inputs": {"nvidia_driver_source": "distro", **(inputs or {})},
+    }
+
+
+def test_a_node_as_install_left_it_has_no_drift():
+    assert fleet.node_status("n1", facts()).drift == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "expected"),
+    [
+        ({"inputs": {"nvidia_driver_version": NEW}}, [f"driver installed {OLD}, desired {NEW}"]),
+        ({"pinned": NEW}, [f"driver installed {OLD}, pinned {NEW}"]),
+        ({"inputs": {"nvidia_driver_branch": "550"}}, [f"driver installed {OLD}, desired branch 550"]),
+        ({"installed": None, "pinned": None}, ["driver not installed (desired newest available)"]),
+        ({"held": False}, ["driver package nvidia-kernel-dkms not held"]),
+        ({"gpus": 2}, [f"driver {OLD} not loaded"]),
+        ({"gpus": 1, "loaded": "535.104.05"},
+         [f"driver loaded 535.104.05, installed {OLD}: reboot required"]),
+        ({"tk": None, "tk_pinned": None}, ["toolkit not installed"]),
+        ({"inputs": {"nvidia_container_toolkit_version": "1.18.0-1"}},
+         [f"toolkit installed {TK}, desired 1.18.0-1"]),
+        ({"tk_pinned": "1.18.0-1"}, [f"toolkit installed {TK}, pinned 1.18.0-1"]),
+        ({"tk_held": False}, ["toolkit packages not held"]),
+        ({"wired": False}, ["containerd: runtime 'nvidia' not in the effective configuration"]),
+    ],
+)  # fmt: skip
+def test_every_difference_is_named(kwargs, expected):
+    assert fleet.node_status("n1", facts(**kwargs)).drift == expected
+
+
+def test_matching_versions_loaded_driver_and_epochs_are_no_drift():
+    row = fleet.node_status("n1", facts(gpus=1, loaded="535.261.03",
+                                        inputs={"nvidia_driver_version": "1:" + OLD}))  # fmt: skip
+    assert row.drift == [] and row.reboot_required is False
+    assert row.driver["desired"] == "1:" + OLD and row.gpus == "1× NVIDIA H100"
+
+
+def test_default_source_desires_the_default_branch():
+    row = fleet.node_status("n1", facts(inputs={"nvidia_driver_source": "cuda_repo"}))
+    assert row.driver["desired"] == "newest of 580"
+    assert row.drift == [f"driver installed {OLD}, desired branch 580"]
+
+
+def test_no_runtime_means_no_runtime_expectation_and_reboot_file_shows():
+    row = fleet.node_status("n1", facts(kind=None, wired=None, reboot_file=True))
+    assert row.drift == [] and row.reboot_required is True
+
+
+def test_kubernetes_columns_add_their_own_drift():
+    gpu = facts(gpus=1, loaded="535.261.03")
+    ready = {"node": "n1", "allocatable_gpus": 1, "device_plugin_ready": True}
+    assert fleet.node_status("n1", gpu, ready, k8s_expected=True).drift == []
+    bad = {"node": "n1", "allocatable_gpus": 0, "device_plugin_ready": False}
+    assert fleet.node_status("n1", gpu, bad, k8s_expected=True).drift == [
+        "nvidia.com/gpu not allocatable on the Kubernetes node",
+        "device plugin pod not ready on the Kubernetes node",
+    ]
+    assert fleet.node_status("n1", gpu, None, k8s_expected=True).drift == [
+        "no Kubernetes node for this host"
+    ]
+
+
+def test_rows_mark_unreachable_hosts_and_take_the_label_upgrade_state():
+    hosts = {
+        "a": SimpleNamespace(facts=facts(), unreachable=False, unreachable_message=""),
+        "b": SimpleNamespace(facts={}, unreachable=True, unreachable_message="ssh: timeout"),
+    }
+    rows = fleet.status_rows(hosts, None, {"a": "upgrade-done"})
+    assert [r.reachable for r in rows] == [True, False]
+    assert rows[0].upgrade_state == "upgrade-done" and rows[1].error == "ssh: timeout"
+    k8s = {"a": {"node": "a", "upgrade_state": "drain-required", "allocatable_gpus": 0}}
+    assert fleet.status_rows(hosts, k8s, {"a": "upgrade-done"})[0].upgrade_state == "drain-required"
+
+
+def test_probe_parsers():
+    pref = "# managed\nPackage: src:nvidia-graphics-drivers\nPin: version 535.261.03-1\nPin-Priority: 1001\n"
+    assert probe.pinned_version(pref) == "535.261.03-1"
+    assert probe.pinned_version(None) is None
+    dpkg = "nvidia-smi 535.261.03-1 hi \nnvidia-driver  un \nlibcuda1 535.261.03-1 ii \n"
+    assert probe.parse_dpkg(dpkg) == {"nvidia-smi": "535.261.03-1", "libcuda1": "535.261.03-1"}
+
+
+V2_WIRED = """version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+  runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+    BinaryName = "/usr/bin/nvidia-container-runtime"
+"""
+V3_WIRED = """version = 3
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.'nvidia'.options]
+  BinaryName = '/usr/bin/nvidia-container-runtime'
+"""
+
+
+def test_runtime_detection_in_toml():
+    binary = "/usr/bin/nvidia-container-runtime"
+    assert probe.toml_has_runtime(V2_WIRED, "nvidia", binary)
+    assert probe.toml_has_runtime(V3_WIRED, "nvidia", binary)
+    assert not probe.toml_has_runtime(
+        V2_WIRED, "nvidia", "/usr/local/nvidia/toolkit/nvidia-container-runtime"
+    )
+    assert not probe.toml_has_runtime(
+        V2_WIRED.replace("runtimes.nvidia", "runtimes.runc"), "nvidia", binary
+    )
+
+
+@pytest.mark.skipif(not shutil.which("containerd"), reason="needs the containerd binary")
+def test_runtime_detection_on_a_real_containerd_dump(tmp_path):
+    """`containerd config dump` of a wired config (no daemon needed) is recognised."""
+    config = tmp_path / "config.toml"
+    config.write_text(V2_WIRED)
+    dump = subprocess.run(["containerd", "--config", str(config), "config", "dump"],
+                          capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert probe.toml_has_runtime(dump, "nvidia", "/usr/bin/nvidia-container-runtime")
+    config.write_text("version = 2\n")
+    dump = subprocess.run(["containerd", "--config", str(config), "config", "dump"],
+                          capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert not probe.toml_has_runtime(dump, "nvidia", "/usr/bin/nvidia-container-runtime")
+
+
+def test_local_status_run_reports_drift_exit_5_and_changes_nothing(tmp_path, state_dir):
+    """A real status play over a local connection: this machine has no gpustack stack."""
+    inv = tmp_path / "local.ini"
+    inv.write_text(
+        "[gpu_nodes]\nlocal1 ansible_connection=local ansible_python_interpreter=/usr/bin/python3\n"
+    )
+    report = tmp_path / "status.json"
+    proc = run_cli("status", str(inv), "-e", "nvidia_driver_version=" + NEW, "--output", "json",
+                   "--report", str(report))  # fmt: skip
+    assert proc.returncode == 5, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc == json.loads(report.read_text())
+    assert doc["exit_code"] == 5 and doc["summary"]["changed"] == 0
+    node = doc["nodes"]["local1"]
+    assert node["driver"]["desired"] == NEW
+    assert f"driver not installed (desired {NEW})" in doc["drift"]["local1"]
+    assert "toolkit not installed" in doc["drift"]["local1"]
+    text = run_cli("status", str(inv))
+    assert text.returncode == 5
+    assert "driver not installed" in text.stdout and "Drift on 1 of 1 node(s)" in text.stdout
+    assert len(runs_started(state_dir)) == 2
+
+
+def test_upgrade_state_file_is_read_per_node(tmp_path, monkeypatch):
+    """STAND-IN for gpustack.upgrade.state (branch `upgrade`): only its state_path_for is used."""
+    import sys
+    from types import ModuleType
+
+    record = tmp_path / "upgrade.json"
+    record.write_text(json.dumps({"nodes": {"n1": {"state": "drain-required"}, "n2": {}}}))
+    stand_in = ModuleType("gpustack.upgrade.state")
+    stand_in.state_path_for = lambda inventory: record
+    monkeypatch.setitem(sys.modules, "gpustack.upgrade", ModuleType("gpustack.upgrade"))
+    monkeypatch.setitem(sys.modules, "gpustack.upgrade.state", stand_in)
+    assert fleet.upgrade_states(tmp_path / "inv.ini") == {"n1": "drain-required"}
+    record.write_text("{not json")
+    assert fleet.upgrade_states(tmp_path / "inv.ini") == {}

@@ -1,0 +1,36 @@
+"""uninstall.yml removes in reverse lifecycle order and restores before it removes."""
+
+import yaml
+
+from tests.conftest import ROOT
+
+
+def test_uninstall_runs_in_reverse_lifecycle_order():
+    (play,) = yaml.safe_load((ROOT / "playbooks/uninstall.yml").read_text())
+    roles = [
+        (
+            t["ansible.builtin.include_role"]["name"],
+            t["ansible.builtin.include_role"].get("tasks_from"),
+        )
+        for t in play["tasks"]
+        if "ansible.builtin.include_role" in t
+    ]
+    assert roles == [
+        ("gpu_preflight", None),
+        ("container_runtime", "uninstall.yml"),
+        ("nvidia_container_toolkit", "uninstall.yml"),
+        ("nvidia_driver", "uninstall.yml"),
+    ]
+    (site,) = yaml.safe_load((ROOT / "playbooks/site.yml").read_text())
+    install_order = [r["role"] for r in site["roles"]][1:]
+    assert [r for r, _ in roles][1:] == list(reversed(install_order))
+
+
+def test_each_component_releases_its_holds_before_removing_packages():
+    for role in ("nvidia_container_toolkit", "nvidia_driver"):
+        tasks = yaml.safe_load((ROOT / f"roles/{role}/tasks/uninstall.yml").read_text())
+        names = [t["name"] for t in tasks]
+        release = next(i for i, t in enumerate(tasks) if "ansible.builtin.dpkg_selections" in t)
+        remove = next(i for i, t in enumerate(tasks) if "ansible.builtin.apt" in t)
+        assert tasks[release]["ansible.builtin.dpkg_selections"]["selection"] == "install", names
+        assert release < remove, names
