@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from gpustack import doctor, paths
+from gpustack.errors import BadInput
 
 UNSET = ""
 
@@ -223,19 +224,10 @@ def status_rows(
 
 def upgrade_states(inventory: Path) -> dict[str, str]:
     """Per-node state of a host-only rolling upgrade of this inventory, when one was recorded."""
-    import json
+    from gpustack.upgrade.state import FileStateStore, state_path_for
 
     try:
-        from gpustack.upgrade.state import state_path_for  # branch `upgrade`
-    except ImportError:  # not merged yet: no upgrade state file can exist
+        run = FileStateStore(state_path_for(inventory)).load()
+    except BadInput:  # an unreadable state file is `upgrade`'s to report, not status's
         return {}
-    path = state_path_for(inventory)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return {
-        name: str(node.get("state"))
-        for name, node in (data.get("nodes") or {}).items()
-        if isinstance(node, dict) and node.get("state")
-    }
+    return {name: str(node.state) for name, node in run.nodes.items()} if run else {}

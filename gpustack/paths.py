@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
@@ -26,3 +27,11 @@ def roles_dir() -> Path:
 def templates_dir() -> Path:
     """Jinja2 templates of the Kubernetes manifests (and the Grafana dashboard)."""
     return content_root() / "templates"
+
+
+def state_root() -> Path:
+    """gpustack's own state: run artifacts and upgrade state files ($GPUSTACK_STATE_DIR)."""
+    base = os.environ.get("GPUSTACK_STATE_DIR") or os.path.join(
+        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "gpustack"
+    )
+    return Path(base)

@@ -96,10 +96,7 @@ def build_run_spec(
 
 
 def runs_dir() -> Path:
-    base = os.environ.get("GPUSTACK_STATE_DIR") or os.path.join(
-        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "gpustack"
-    )
-    return Path(base) / "runs"
+    return paths.state_root() / "runs"
 
 
 def _private_data_dir(playbook: Path) -> Path:

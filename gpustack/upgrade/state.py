@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gpustack.errors import BadInput
+from gpustack.paths import state_root
 
 STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
 SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
@@ -138,13 +139,6 @@ class UpgradeRun:
             nodes={k: NodeRecord(**v) for k, v in data.get("nodes", {}).items()},
             history=[Transition(**t) for t in data.get("history", [])],
         )
-
-
-def state_root() -> Path:
-    base = os.environ.get("GPUSTACK_STATE_DIR") or os.path.join(
-        os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "gpustack"
-    )
-    return Path(base)
 
 
 def state_path_for(inventory: Path) -> Path:

@@ -194,17 +194,26 @@ def test_local_status_run_reports_drift_exit_5_and_changes_nothing(tmp_path, sta
     assert len(runs_started(state_dir)) == 2
 
 
-def test_upgrade_state_file_is_read_per_node(tmp_path, monkeypatch):
-    """STAND-IN for gpustack.upgrade.state (branch `upgrade`): only its state_path_for is used."""
-    import sys
-    from types import ModuleType
+def test_upgrade_state_file_is_read_per_node(tmp_path, state_dir):
+    from gpustack.upgrade.state import (
+        FileStateStore,
+        NodeRecord,
+        Target,
+        UpgradeRun,
+        state_path_for,
+    )
 
-    record = tmp_path / "upgrade.json"
-    record.write_text(json.dumps({"nodes": {"n1": {"state": "drain-required"}, "n2": {}}}))
-    stand_in = ModuleType("gpustack.upgrade.state")
-    stand_in.state_path_for = lambda inventory: record
-    monkeypatch.setitem(sys.modules, "gpustack.upgrade", ModuleType("gpustack.upgrade"))
-    monkeypatch.setitem(sys.modules, "gpustack.upgrade.state", stand_in)
-    assert fleet.upgrade_states(tmp_path / "inv.ini") == {"n1": "drain-required"}
-    record.write_text("{not json")
-    assert fleet.upgrade_states(tmp_path / "inv.ini") == {}
+    inventory = tmp_path / "inv.ini"
+    path = state_path_for(inventory)
+    assert fleet.upgrade_states(inventory) == {}  # no upgrade recorded
+    FileStateStore(path).save(
+        UpgradeRun(
+            inventory=str(inventory),
+            target=Target(version="535.309.01-0+deb12u1"),
+            mode="host-only",
+            nodes={"n1": NodeRecord("n1", state="drain-required"), "n2": NodeRecord("n2")},
+        )
+    )
+    assert fleet.upgrade_states(inventory) == {"n1": "drain-required", "n2": "upgrade-required"}
+    path.write_text("{not json")
+    assert fleet.upgrade_states(inventory) == {}
