@@ -103,7 +103,7 @@ def fact_subset(preflight: dict[str, Any]) -> dict[str, Any]:
             "nvswitch": (preflight.get("nvswitch") or {}).get("count", 0),
             "runtime": preflight.get("runtime"),
             "runtimes": [
-                {k: r.get(k) for k in ("kind", "binary", "version", "config_path", "config_exists")}
+                {k: r.get(k) for k in ("kind", "binary", "version", "config_path")}
                 for r in preflight.get("runtimes") or []
             ],
         }
