@@ -13,7 +13,7 @@ import pytest
 # The TEST FIXTURE definitions (stand-in toolkit versions, runtime log, image) live in the
 # project's tests package; Molecule runs these tests from the scenario directory.
 sys.path.insert(0, os.environ["MOLECULE_PROJECT_DIRECTORY"])
-from tests.fixtures import lab_fixtures  # noqa: E402
+from tests.fixtures import lab_fixtures
 
 DRIVER_PACKAGES = ("nvidia-kernel-dkms", "nvidia-smi", "libcuda1")
 TOOLKIT_PACKAGES = tuple(lab_fixtures.PACKAGES)
