@@ -46,6 +46,12 @@ Report = Annotated[
     str | None, typer.Option("--report", help="Write a JSON report to FILE.", metavar="FILE")
 ]
 Verbose = Annotated[int, typer.Option("--verbose", "-v", count=True, help="More detail.")]
+Junit = Annotated[
+    str | None,
+    typer.Option(
+        "--junit", help="Write JUnit XML (one testcase per host per check).", metavar="FILE"
+    ),
+]
 
 
 def _opts(inventory, limit, extra_vars, tags, skip_tags, kubeconfig, output_, report, verbose):
@@ -81,8 +87,9 @@ def install(
     output_: Output = "text",
     report: Report = None,
     verbose: Verbose = 0,
+    junit: Junit = None,
 ) -> None:
-    """Install the GPU host stack on every target host (preflight first)."""
+    """Install the GPU host stack on every target host; with a kubeconfig, the Kubernetes side."""
     _exit(
         commands.install(
             _opts(
@@ -90,6 +97,7 @@ def install(
             ),
             check=check,
             diff=diff,
+            junit=junit,
         )
     )
 
@@ -151,10 +159,20 @@ def status(
     )
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def verify(inventory: Inventory) -> None:
-    """Verify the host stack and the Kubernetes side (not implemented yet)."""
-    raise NotImplementedYet("verify", 5)
+@app.command()
+def verify(
+    inventory: Inventory,
+    limit: Limit = None,
+    extra_vars: ExtraVars = None,
+    kubeconfig: Kubeconfig = None,
+    output_: Output = "text",
+    report: Report = None,
+    verbose: Verbose = 0,
+    junit: Junit = None,
+) -> None:
+    """Check every GPU node end to end: host facts (read-only), capacity, a GPU pod, metrics."""
+    opts = _opts(inventory, limit, extra_vars, "", "", kubeconfig, output_, report, verbose)
+    _exit(commands.verify(opts, junit=junit))
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -168,26 +186,42 @@ def uninstall(
     inventory: Inventory,
     components: Annotated[
         str,
-        typer.Option(
-            "--components", help="Comma-separated: driver, toolkit, runtime (k8s lands later)."
-        ),
+        typer.Option("--components", help="Comma-separated: driver, toolkit, runtime, k8s."),
     ] = "driver",
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     limit: Limit = None,
     extra_vars: ExtraVars = None,
+    kubeconfig: Kubeconfig = None,
     output_: Output = "text",
     report: Report = None,
     verbose: Verbose = 0,
 ) -> None:
     """Remove what gpustack installed, in reverse lifecycle order."""
-    opts = _opts(inventory, limit, extra_vars, "", "", None, output_, report, verbose)
+    opts = _opts(inventory, limit, extra_vars, "", "", kubeconfig, output_, report, verbose)
     _exit(commands.uninstall(opts, components, yes))
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def manifests(inventory: Inventory) -> None:
-    """Write the Kubernetes manifests gpustack would apply (not implemented yet)."""
-    raise NotImplementedYet("manifests", 5)
+@app.command()
+def manifests(
+    inventory: Inventory,
+    output_dir: Annotated[
+        str,
+        typer.Option(
+            "--output-dir",
+            "-d",
+            help="Directory for the YAML files (new, empty, or earlier gpustack manifests).",
+            show_default=False,
+        ),
+    ],
+    servicemonitor: Annotated[
+        bool,
+        typer.Option("--servicemonitor", help="Include dcgm-exporter's Prometheus ServiceMonitor."),
+    ] = False,
+    limit: Limit = None,
+    extra_vars: ExtraVars = None,
+) -> None:
+    """Write the Kubernetes manifests gpustack would apply, as YAML files; contact no cluster."""
+    _exit(commands.manifests(inventory, output_dir, servicemonitor, limit, extra_vars or []))
 
 
 @lab_app.command("up")

@@ -59,10 +59,12 @@ def _check_writable(report: str) -> None:
         raise BadInput(f"cannot write report {report}", "choose a writable file path for --report")
 
 
-def _run(opts: HostOptions, playbook: str, title: str, check=False, diff=False) -> tuple:
+def _run(
+    opts: HostOptions, playbook: str, title: str, check=False, diff=False, validated=None
+) -> tuple:
     from gpustack import runner  # ansible-runner is imported only when hosts are contacted
 
-    inventory, extravars, kubeconfig = _validate(opts)
+    inventory, extravars, kubeconfig = validated or _validate(opts)
     spec = runner.build_run_spec(
         playbook,
         inventory,
@@ -92,16 +94,68 @@ def _finish(command: str, opts: HostOptions, result: RunResult, extra=None, text
     return int(result.exit_code)
 
 
-def install(opts: HostOptions, check: bool = False, diff: bool = False) -> int:
-    result, _, _, kubeconfig = _run(opts, "site.yml", "gpustack install", check, diff)
-    extra = {"check_mode": check}
-    if kubeconfig:
-        output.stderr.print(
-            "Note: the Kubernetes side of install is not implemented yet; "
-            "only the host stack was handled."
-        )
-        extra["kubernetes"] = "not implemented yet"
-    return _finish("install", opts, result, extra)
+def install(
+    opts: HostOptions, check: bool = False, diff: bool = False, junit: str | None = None
+) -> int:
+    validated = _validate(opts)
+    if junit:
+        _check_writable(junit)
+    session = None
+    if validated[2]:  # a kubeconfig: reach the cluster before any host is touched
+        from gpustack.cluster import flow
+
+        session = flow.prepare(validated[2], validated[0], validated[1])
+    result, *_ = _run(opts, "site.yml", "gpustack install", check, diff, validated=validated)
+    extra: dict = {"check_mode": check}
+    k8s = None
+    if session and result.status != "canceled":
+        k8s = flow.install(session, result, check=check)
+        extra["kubernetes"] = k8s.to_dict()
+    code = _finish("install", opts, result, extra, text=_cluster_text(result, k8s, opts))
+    _write_junit(junit, "gpustack install", result, k8s)
+    if code == ExitCode.OK and k8s is not None and not k8s.passed:
+        return int(ExitCode.VERIFY_FAILED)
+    return code
+
+
+def verify(opts: HostOptions, junit: str | None = None) -> int:
+    """Read-only host facts, then the cluster: capacity, verification pods, metrics."""
+    from gpustack.cluster import flow
+
+    validated = _validate(opts)
+    if junit:
+        _check_writable(junit)
+    session = flow.prepare(validated[2], validated[0], validated[1], required=True)
+    result, *_ = _run(opts, "verify.yml", "gpustack verify (read-only)", validated=validated)
+    k8s = None
+    if result.status != "canceled":
+        k8s = flow.verify_cluster(session, result)
+    extra = {"kubernetes": k8s.to_dict()} if k8s else {}
+    code = _finish("verify", opts, result, extra, text=_cluster_text(result, k8s, opts))
+    _write_junit(junit, "gpustack verify", result, k8s)
+    if code == ExitCode.OK and k8s is not None and not k8s.passed:
+        return int(ExitCode.VERIFY_FAILED)
+    return code
+
+
+def _cluster_text(result: RunResult, k8s, opts: HostOptions):
+    def show() -> None:
+        output.print_run(result, opts.verbose)
+        if k8s is not None:
+            from gpustack.cluster.report import print_cluster
+
+            print_cluster(k8s, opts.verbose)
+
+    return show
+
+
+def _write_junit(path: str | None, suite: str, result: RunResult, k8s) -> None:
+    if not path:
+        return
+    from gpustack import junit
+
+    cases = junit.host_cases(result) + (junit.node_cases(k8s.nodes) if k8s else [])
+    junit.write(path, suite, cases)
 
 
 def plan(opts: HostOptions) -> int:
@@ -162,24 +216,25 @@ def _print_unreachable(result: RunResult) -> None:
             output.stdout.print(f"[red]failed[/] {host.name}: {failure.task}: {failure.message}")
 
 
-UNINSTALL_COMPONENTS = ("driver", "toolkit", "runtime")
+UNINSTALL_COMPONENTS = ("driver", "toolkit", "runtime", "k8s")
 
 
 def uninstall(opts: HostOptions, components: str, yes: bool) -> int:
     chosen = [c.strip() for c in components.split(",") if c.strip()]
-    unknown = [c for c in chosen if c not in ("driver", "toolkit", "runtime", "k8s")]
+    unknown = [c for c in chosen if c not in UNINSTALL_COMPONENTS]
     if unknown or not chosen:
         raise BadInput(
             f"unknown component(s) {', '.join(unknown) or components!r}",
             "choose from driver, toolkit, runtime, k8s (comma-separated)",
         )
-    pending = [c for c in chosen if c not in UNINSTALL_COMPONENTS]
-    if pending:
-        raise BadInput(
-            f"uninstalling {', '.join(pending)} is not implemented yet",
-            "today: --components driver",
-        )
-    inventory, _, _ = _validate(opts)
+    validated = _validate(opts)
+    inventory = validated[0]
+    session = None
+    if "k8s" in chosen:  # needs the cluster; reach it before asking or touching anything
+        from gpustack.cluster import flow
+
+        session = flow.prepare(validated[2], inventory, validated[1], required=True)
+    host_components = [c for c in chosen if c != "k8s"]
     if not yes:
         if not sys.stdin.isatty():
             raise BadInput(
@@ -189,6 +244,45 @@ def uninstall(opts: HostOptions, components: str, yes: bool) -> int:
         if answer.strip().lower() not in ("y", "yes"):
             output.stderr.print("Nothing changed.")
             return int(ExitCode.OK)
-    opts.extra_vars = [*opts.extra_vars, json.dumps({"gpustack_uninstall_components": chosen})]
+    removed = None
+    if session:  # reverse lifecycle order: the Kubernetes side goes first
+        removed = flow.uninstall(session)
+        if opts.output != "json":
+            output.stdout.print(
+                f"Kubernetes: deleted {len(removed['deleted'])} object(s), removed gpustack's "
+                f"labels from {len(removed['unlabelled_nodes'])} node(s)"
+            )
+            for ref in removed["deleted"] if opts.verbose else []:
+                output.stdout.print(f"  deleted {ref}")
+            for ref in removed["kept"]:
+                output.stdout.print(f"  kept {ref}")
+    extra = {"components": chosen, **({"kubernetes": removed} if removed else {})}
+    if not host_components:
+        doc = {"command": "uninstall", "exit_code": 0, **extra}
+        output.write_report(opts.report, doc)
+        if opts.output == "json":
+            output.print_json(doc)
+        return int(ExitCode.OK)
+    opts.extra_vars = [
+        *opts.extra_vars,
+        json.dumps({"gpustack_uninstall_components": host_components}),
+    ]
     result, *_ = _run(opts, "uninstall.yml", "gpustack uninstall")
-    return _finish("uninstall", opts, result, {"components": chosen})
+    return _finish("uninstall", opts, result, extra)
+
+
+def manifests(
+    inventory: str, output_dir: str, servicemonitor: bool, limit: str | None, extra_vars: list[str]
+) -> int:
+    """Render from the inventory's and -e's gpustack_k8s_* settings; write YAML files."""
+    from gpustack import manifests as k8s
+
+    extravars = parse_extra_vars(extra_vars)
+    check_extra_vars(extravars)
+    config = k8s.config_from_inventory(load_inventory(inventory, limit), extravars)
+    target = Path(output_dir).expanduser()
+    written = k8s.write_manifests(k8s.render(config, servicemonitor=servicemonitor), target)
+    output.stdout.print(f"Wrote {len(written)} manifests to {target}:")
+    for path in sorted(written):
+        output.stdout.print(f"  {path.name}")
+    return int(ExitCode.OK)

@@ -8,7 +8,7 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def content_root() -> Path:
-    """Directory holding `playbooks/` and `roles/`."""
+    """Directory holding `playbooks/`, `roles/` and `templates/`."""
     bundled = _PACKAGE_DIR / "_content"
     if (bundled / "playbooks").is_dir():
         return bundled
@@ -21,3 +21,8 @@ def playbook(name: str) -> Path:
 
 def roles_dir() -> Path:
     return content_root() / "roles"
+
+
+def templates_dir() -> Path:
+    """Jinja2 templates of the Kubernetes manifests (and the Grafana dashboard)."""
+    return content_root() / "templates"

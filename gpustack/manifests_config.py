@@ -1,0 +1,276 @@
+"""The typed Kubernetes-side configuration: every `gpustack_k8s_*` variable, checked once.
+
+Values come from the inventory (cluster-wide variables) and `-e`; `-e KEY=VALUE` gives
+strings, so fields accept "4" for 4 and "true"/"false" for booleans (pydantic's lax mode).
+A mistake leaves as BadInput (`Error:` + `Hint:`, exit 2), never as a pydantic traceback.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from gpustack.errors import BadInput
+
+VAR_PREFIX = "gpustack_k8s_"
+
+# DNS-1123 label: what Kubernetes accepts as a namespace name.
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# Registry host with optional port, then optional path components (no scheme, no tag).
+_DOMAIN_PART = r"[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"
+_HOST = rf"(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*)(?::[0-9]+)?"
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_REGISTRY = re.compile(rf"^{_HOST}(?:/{_PATH_COMPONENT})*$")
+_REPOSITORY = re.compile(rf"^(?:{_HOST}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*$")
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_DIGEST = re.compile(r"^sha256:[a-f0-9]{64}$")
+
+# Images the manifests use, by the name `ClusterConfig.image()` takes.
+IMAGES = ("device_plugin", "gfd", "dcgm_exporter", "verify", "vector_add")
+
+
+def split_registry(repository: str) -> tuple[str | None, str]:
+    """`nvcr.io/nvidia/x` -> ("nvcr.io", "nvidia/x"); `busybox` -> (None, "busybox").
+
+    The first component is a registry when it holds a dot or a port, or is `localhost`
+    (the rule container runtimes use).
+    """
+    first, _, rest = repository.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        return first, rest
+    return None, repository
+
+
+def join_image(repository: str, tag: str) -> str:
+    """A tag is joined with `:`, a digest (sha256:...) with `@`."""
+    return f"{repository}@{tag}" if _DIGEST.match(tag) else f"{repository}:{tag}"
+
+
+class ClusterConfig(BaseModel):
+    """What gpustack deploys on the Kubernetes side; every field has a working default."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    namespace: str = "gpustack-system"
+    registry: str | None = None
+    device_plugin_image: str = "nvcr.io/nvidia/k8s-device-plugin"
+    device_plugin_tag: str = "v0.20.0"
+    mig_strategy: Literal["none", "single", "mixed"] = "none"
+    time_slicing_replicas: int = Field(default=1, ge=1, le=256)
+    mps_replicas: int = Field(default=1, ge=1, le=48)
+    rename_by_default: bool = False
+    fail_on_init_error: bool = True
+    gfd_enabled: bool = True
+    gfd_image: str | None = None
+    gfd_tag: str | None = None
+    dcgm_exporter_enabled: bool = True
+    dcgm_exporter_image: str = "nvcr.io/nvidia/k8s/dcgm-exporter"
+    dcgm_exporter_tag: str = "4.6.0-4.8.3-distroless"
+    verify_image: str = "nvcr.io/nvidia/cuda"
+    verify_tag: str = "12.9.1-base-ubuntu22.04"
+    vector_add_image: str | None = None
+    dcgm_scrape: bool = False
+    daemonset_timeout: int = Field(default=300, ge=10, le=3600)
+    capacity_timeout: int = Field(default=150, ge=10, le=3600)
+    verify_timeout: int = Field(default=300, ge=10, le=3600)
+
+    @field_validator("registry", "gfd_image", "gfd_tag", "vector_add_image", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        return value.strip() if isinstance(value, str) else value
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str) -> str:
+        if len(value) > 63 or not _DNS_LABEL.match(value):
+            raise ValueError(
+                f"{value!r} is not a valid namespace name "
+                "(lower-case letters, digits and '-', at most 63, starting and ending alphanumeric)"
+            )
+        return value
+
+    @field_validator("registry")
+    @classmethod
+    def _registry(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = value.rstrip("/")
+        if "://" in value or not _REGISTRY.match(value):
+            raise ValueError(f"{value!r} is not a registry (host[:port][/path], no scheme, no tag)")
+        return value
+
+    @field_validator("device_plugin_image", "gfd_image", "dcgm_exporter_image", "verify_image")
+    @classmethod
+    def _repository(cls, value: str | None) -> str | None:
+        if value is not None and not _REPOSITORY.match(value):
+            raise ValueError(
+                f"{value!r} is not an image repository (e.g. nvcr.io/nvidia/k8s-device-plugin; "
+                "no tag: the tag has its own variable)"
+            )
+        return value
+
+    @field_validator("device_plugin_tag", "gfd_tag", "dcgm_exporter_tag", "verify_tag")
+    @classmethod
+    def _tag(cls, value: str | None) -> str | None:
+        if value is not None and not (_TAG.match(value) or _DIGEST.match(value)):
+            raise ValueError(f"{value!r} is not an image tag (e.g. v0.20.0) or sha256:<digest>")
+        return value
+
+    @field_validator("vector_add_image")
+    @classmethod
+    def _full_reference(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        repository, tag = _split_reference(value)
+        if not _REPOSITORY.match(repository) or not (_TAG.match(tag) or _DIGEST.match(tag)):
+            raise ValueError(
+                f"{value!r} is not an image reference with a tag "
+                "(e.g. nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _sharing(self) -> ClusterConfig:
+        if self.time_slicing_replicas > 1 and self.mps_replicas > 1:
+            raise ValueError(
+                f"{VAR_PREFIX}time_slicing_replicas={self.time_slicing_replicas} and "
+                f"{VAR_PREFIX}mps_replicas={self.mps_replicas}: the device plugin shares "
+                "GPUs one way, time-slicing or MPS"
+            )
+        if self.mps_replicas > 1 and self.mig_strategy != "none":
+            raise ValueError(
+                f"{VAR_PREFIX}mps_replicas={self.mps_replicas} with "
+                f"{VAR_PREFIX}mig_strategy={self.mig_strategy}: MPS sharing does not work with MIG"
+            )
+        return self
+
+    # -- derived values -------------------------------------------------------------
+
+    def image(self, which: str) -> str:
+        """Full image reference for `which` (one of IMAGES), after the registry override."""
+        if which == "device_plugin":
+            repository, tag = self.device_plugin_image, self.device_plugin_tag
+        elif which == "gfd":  # GFD ships in the device plugin image since v0.15
+            repository = self.gfd_image or self.device_plugin_image
+            tag = self.gfd_tag or self.device_plugin_tag
+        elif which == "dcgm_exporter":
+            repository, tag = self.dcgm_exporter_image, self.dcgm_exporter_tag
+        elif which == "verify":
+            repository, tag = self.verify_image, self.verify_tag
+        elif which == "vector_add":
+            if not self.vector_add_image:
+                raise BadInput(
+                    "no CUDA vectorAdd image configured",
+                    "set gpustack_k8s_vector_add_image, e.g. "
+                    "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",
+                )
+            repository, tag = _split_reference(self.vector_add_image)
+        else:
+            raise ValueError(f"unknown image {which!r}; one of {', '.join(IMAGES)}")
+        if self.registry:
+            repository = f"{self.registry}/{split_registry(repository)[1]}"
+        return join_image(repository, tag)
+
+    @property
+    def gpus_per_device(self) -> int:
+        """How many `nvidia.com/gpu` units one physical GPU advertises (time-slicing/MPS)."""
+        return max(self.time_slicing_replicas, self.mps_replicas)
+
+    @property
+    def sharing(self) -> Literal["none", "time-slicing", "mps"]:
+        if self.mps_replicas > 1:
+            return "mps"
+        return "time-slicing" if self.time_slicing_replicas > 1 else "none"
+
+    @property
+    def resource_name(self) -> str:
+        """The extended resource GPU pods request (renamed when sharing with renameByDefault)."""
+        if self.rename_by_default and self.sharing != "none":
+            return "nvidia.com/gpu.shared"
+        return "nvidia.com/gpu"
+
+    @property
+    def capacity_predictable(self) -> bool:
+        """Whether `gpus x gpus_per_device` is the node's expected capacity.
+
+        With MIG the count depends on the MIG layout on the node (mixed exposes
+        `nvidia.com/mig-*` resources instead), so only "some capacity" can be checked.
+        """
+        return self.mig_strategy == "none"
+
+    # -- construction from Ansible variables ----------------------------------------
+
+    @classmethod
+    def from_vars(cls, variables: dict[str, Any]) -> ClusterConfig:
+        """Build from variables named `gpustack_k8s_<field>`; other variables are ignored."""
+        known = set(cls.model_fields)
+        values: dict[str, Any] = {}
+        for key, value in variables.items():
+            if not key.startswith(VAR_PREFIX):
+                continue
+            field = key.removeprefix(VAR_PREFIX)
+            if field not in known:
+                close = difflib.get_close_matches(field, sorted(known), n=1)
+                hint = (
+                    f"did you mean {VAR_PREFIX}{close[0]}?"
+                    if close
+                    else "see docs/kubernetes.md for the gpustack_k8s_* variables"
+                )
+                raise BadInput(f"unknown variable {key}", hint)
+            values[field] = value
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            raise _bad_input(exc, values) from None
+
+
+def _split_reference(reference: str) -> tuple[str, str]:
+    """`repo:tag` or `repo@sha256:...` -> (repo, tag-or-digest); no tag gives ''."""
+    if "@" in reference:
+        repository, _, digest = reference.partition("@")
+        return repository, digest
+    head, sep, tag = reference.rpartition(":")
+    if sep and "/" not in tag:
+        return head, tag
+    return reference, ""
+
+
+_HINTS = {
+    "namespace": "e.g. gpustack_k8s_namespace=gpu-operator-lite",
+    "registry": "e.g. gpustack_k8s_registry=registry.example:5000/nvidia-mirror",
+    "mig_strategy": "choose none, single or mixed",
+    "time_slicing_replicas": "1 turns time-slicing off; 2 or more shares each GPU",
+    "mps_replicas": "1 turns MPS off; 2 to 48 shares each GPU through MPS",
+    "vector_add_image": (
+        "a full reference, e.g. nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"
+    ),
+    "daemonset_timeout": "seconds, 10 to 3600",
+    "capacity_timeout": "seconds, 10 to 3600",
+    "verify_timeout": "seconds, 10 to 3600",
+}
+
+
+def _bad_input(exc: ValidationError, values: dict[str, Any]) -> BadInput:
+    err = exc.errors()[0]
+    message = str(err["msg"]).removeprefix("Value error, ")
+    if not err["loc"]:  # a check across fields (model validator)
+        return BadInput(message, "set one of them back to its default (1 / none)")
+    field = str(err["loc"][0])
+    shown = values.get(field, err.get("input"))
+    message = message[0].lower() + message[1:] if message else message
+    hint = _HINTS.get(field)
+    if hint is None:
+        if field.endswith("_image"):
+            hint = "an image repository without tag, e.g. nvcr.io/nvidia/k8s-device-plugin"
+        elif field.endswith("_tag"):
+            hint = "an image tag, e.g. v0.20.0"
+        elif field.endswith(("_enabled", "_scrape", "_by_default", "_error")):
+            hint = "use true or false"
+        else:
+            hint = "see docs/kubernetes.md (Configuration)"
+    return BadInput(f"{VAR_PREFIX}{field}={shown}: {message}", hint)

@@ -1,0 +1,76 @@
+"""The real CLI against the emulator: install --kubeconfig, verify, uninstall --components k8s.
+
+Hosts are this machine over a local connection, and only the read-only preflight runs
+(`--tags gpu_preflight`; the driver/toolkit/runtime roles never run here). This machine has
+no GPU, so verification fails honestly with "no NVIDIA device" (exit 3).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import xml.etree.ElementTree as ET
+
+from tests.conftest import run_cli
+
+NS = "gpustack-system"
+
+
+def local_inventory(tmp_path, host="gpuhost"):
+    path = tmp_path / "inventory.ini"
+    path.write_text(
+        f"[gpu_nodes]\n{host} ansible_connection=local ansible_python_interpreter={sys.executable}\n"
+    )
+    return path
+
+
+def test_install_applies_labels_verifies_and_exits_3_without_gpu(tmp_path, state_dir, cluster):
+    emu = cluster.emulator
+    emu.add_node("gpuhost")
+    emu.auto_daemonsets = True
+    kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig")
+    inv = local_inventory(tmp_path)
+    report, junit = tmp_path / "report.json", tmp_path / "junit.xml"
+
+    result = run_cli(
+        "install", str(inv), "--kubeconfig", str(kubeconfig), "--tags", "gpu_preflight",
+        "--report", str(report), "--junit", str(junit), timeout=300,
+    )  # fmt: skip
+
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "Applied 8 object(s): 8 created" in result.stdout
+    assert "gpuhost" in result.stdout and "FAILED" in result.stdout
+    assert "no NVIDIA device" in result.stdout
+    assert "1 node(s): 0 passed, 1 failed verification" in result.stdout
+    doc = json.loads(report.read_text())
+    node = doc["kubernetes"]["nodes"]["gpuhost"]
+    assert node["passed"] is False
+    assert (
+        node["checks"][-1]["name"] == "gpus" and "no NVIDIA device" in node["checks"][-1]["message"]
+    )
+    assert emu.get("apps/v1", "DaemonSet", "nvidia-device-plugin", NS) is not None
+    assert emu.get("node.k8s.io/v1", "RuntimeClass", "nvidia") is not None
+    cases = ET.parse(junit).getroot().findall(".//testcase")
+    names = {(c.get("classname"), c.get("name")) for c in cases}
+    assert {("gpuhost", "reachable"), ("gpuhost", "host stack"), ("gpuhost", "k8s gpus")} <= names
+    failed = [c for c in cases if c.find("failure") is not None]
+    assert [(c.get("name")) for c in failed] == ["k8s gpus"]
+
+    # verify (read-only facts) says the same, as JSON.
+    result = run_cli("verify", str(inv), "--kubeconfig", str(kubeconfig), "-o", "json", timeout=300)
+    assert result.returncode == 3, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["command"] == "verify"
+    assert doc["kubernetes"]["nodes"]["gpuhost"]["passed"] is False
+    assert "gpustack_smi" in doc["hosts"]["gpuhost"]["facts"]
+
+    # uninstall --components k8s touches no host: no play runs.
+    runs_before = len(list((state_dir / "runs").iterdir()))
+    result = run_cli(
+        "uninstall", str(inv), "--kubeconfig", str(kubeconfig), "--components", "k8s", "--yes"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "Kubernetes: deleted" in result.stdout
+    assert emu.objects("apps/v1", "DaemonSet") == []
+    assert emu.get("node.k8s.io/v1", "RuntimeClass", "nvidia") is None
+    assert len(list((state_dir / "runs").iterdir())) == runs_before
