@@ -9,7 +9,7 @@ echo "== ruff"
 ruff check .
 ruff format --check .
 echo "== ansible-lint (production profile)"
-ansible-lint --offline roles/ playbooks/
+ansible-lint --offline roles/ playbooks/ molecule/
 echo "== only runner.py imports ansible_runner"
 offenders=$(grep -rlE '^\s*(import|from) ansible_runner' gpustack | grep -v '^gpustack/runner.py$' || true)
 [ -z "$offenders" ] || { echo "ansible_runner imported outside runner.py: $offenders"; exit 1; }
@@ -17,3 +17,9 @@ echo "== unit tests"
 pytest -q tests
 echo "== lab tests (podman systemd nodes)"
 pytest -q -m lab tests/lab
+echo "== molecule scenarios (lab nodes; docs/molecule.md)"
+for scenario in default upgrade; do
+    start=$SECONDS
+    molecule test -s "$scenario"
+    echo "molecule test -s $scenario: passed in $((SECONDS - start)) s"
+done
