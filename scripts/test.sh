@@ -15,6 +15,8 @@ offenders=$(grep -rlE '^\s*(import|from) ansible_runner' gpustack | grep -v '^gp
 [ -z "$offenders" ] || { echo "ansible_runner imported outside runner.py: $offenders"; exit 1; }
 echo "== unit tests"
 pytest -q tests
+echo "== upgrade makespan benchmark (simulated 200-node fleet; exits non-zero if its targets are missed)"
+python benchmarks/upgrade_makespan.py
 echo "== lab tests (podman systemd nodes)"
 pytest -q -m lab tests/lab
 echo "== molecule scenarios (lab nodes; docs/molecule.md)"
