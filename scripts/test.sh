@@ -9,11 +9,19 @@ echo "== ruff"
 ruff check .
 ruff format --check .
 echo "== ansible-lint (production profile)"
-ansible-lint --offline roles/ playbooks/
+ansible-lint --offline roles/ playbooks/ molecule/
 echo "== only runner.py imports ansible_runner"
 offenders=$(grep -rlE '^\s*(import|from) ansible_runner' gpustack | grep -v '^gpustack/runner.py$' || true)
 [ -z "$offenders" ] || { echo "ansible_runner imported outside runner.py: $offenders"; exit 1; }
 echo "== unit tests"
 pytest -q tests
+echo "== upgrade makespan benchmark (simulated 200-node fleet; exits non-zero if its targets are missed)"
+python benchmarks/upgrade_makespan.py
 echo "== lab tests (podman systemd nodes)"
 pytest -q -m lab tests/lab
+echo "== molecule scenarios (lab nodes; docs/molecule.md)"
+for scenario in default upgrade; do
+    start=$SECONDS
+    molecule test -s "$scenario"
+    echo "molecule test -s $scenario: passed in $((SECONDS - start)) s"
+done

@@ -124,8 +124,13 @@ def test_upgrade_and_downgrade(lab):
 
 def test_status_and_doctor_show_no_device(lab):
     proc = run_cli("status", str(lab))
-    assert proc.returncode == 0
+    # This lab installs the driver role only: the missing toolkit is drift (exit 5), the driver is not.
+    assert proc.returncode == 5, proc.stdout + proc.stderr
     assert f"installed {OLD}, not loaded: no NVIDIA device" in proc.stdout
+    drift = json.loads(run_cli("status", str(lab), "--output", "json").stdout)["drift"]
+    for host in nodes():
+        assert "toolkit not installed" in drift[host]
+        assert not [d for d in drift[host] if d.startswith("driver")], drift[host]
 
 
 def test_required_gpu_fails_the_host(lab):
