@@ -3,10 +3,11 @@
 Brings up its own lab (`fleetbench`, 3 Debian 12 nodes with Debian's containerd and the
 stand-in toolkit repository of tests/fixtures/lab_fixtures.py), installs once, then times
 `gpustack install` again (nothing to change) and `ansible -m ping` on the same inventory, each
-`--repeat` times after one warm-up, and prints the medians and their ratio (target <= 6).
+`--repeat` times after one warm-up, and prints the medians and their ratio (target <= 6); then
+the same re-run with `--full` (no converged-host fast path) for comparison.
 The lab is torn down at the end (--keep leaves it up).
 
-    python benchmarks/noop_install_vs_ping.py [--repeat 3] [--keep]
+    python benchmarks/noop_install_vs_ping.py [--repeat 3] [--keep] [--lab NAME]
 """
 
 from __future__ import annotations
@@ -46,14 +47,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", action="store_true", help="leave the lab up")
+    parser.add_argument("--lab", default=LAB, help=f"lab name (default {LAB})")
     args = parser.parse_args()
-    inventory = Path(f"/tmp/gpustack-{LAB}.ini")
+    lab = args.lab
+    inventory = Path(f"/tmp/gpustack-{lab}.ini")
     varsfile = inventory.with_suffix(".vars.json")
     try:
-        _, proc = run([*GPUSTACK, "lab", "up", "--name", LAB, "--nodes", "3", "--os", "debian12",
+        _, proc = run([*GPUSTACK, "lab", "up", "--name", lab, "--nodes", "3", "--os", "debian12",
                        "--inventory", str(inventory)])  # fmt: skip
         must(proc, "lab up")
-        containers = [f"gpustack-{LAB}-node{i}" for i in (1, 2, 3)]
+        containers = [f"gpustack-{lab}-node{i}" for i in (1, 2, 3)]
         for container in containers:
             lab_fixtures.install_containerd(container)
         repo = lab_fixtures.publish(containers)
@@ -71,9 +74,10 @@ def main() -> int:
         for _ in range(args.repeat):
             seconds, proc = run(install)
             must(proc, "no-op install")
-            changed = json.loads(proc.stdout)["summary"]["changed"]
-            if changed:
-                sys.exit(f"the re-run was not a no-op: {changed} change(s)")
+            doc = json.loads(proc.stdout)
+            if doc["summary"]["changed"]:
+                sys.exit(f"the re-run was not a no-op: {doc['summary']['changed']} change(s)")
+            skipped = sum(1 for h in doc["hosts"].values() if h.get("converged"))
             installs.append(seconds)
             seconds, proc = run(ping)
             must(proc, "ansible -m ping")
@@ -85,10 +89,20 @@ def main() -> int:
         )
         print(f"ansible -m ping: median {ping_s:.2f} s ({', '.join(f'{s:.2f}' for s in pings)})")
         print(f"ratio install/ping: {ratio:.1f} (target <= 6: {'met' if ratio <= 6 else 'MISSED'})")
+        print(f"hosts skipped by the converged-host fast path: {skipped} of {len(doc['hosts'])}")
+        fulls = []
+        for _ in range(args.repeat):
+            seconds, proc = run([*install, "--full"])
+            must(proc, "install --full")
+            fulls.append(seconds)
+        print(
+            f"install --full (whole play, no fast path): median {statistics.median(fulls):.2f} s "
+            f"({', '.join(f'{s:.2f}' for s in fulls)})"
+        )
         return 0
     finally:
         if not args.keep:
-            subprocess.run([*GPUSTACK, "lab", "down", "--name", LAB], capture_output=True, cwd=ROOT)
+            subprocess.run([*GPUSTACK, "lab", "down", "--name", lab], capture_output=True, cwd=ROOT)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,10 @@ Report = Annotated[
     str | None, typer.Option("--report", help="Write a JSON report to FILE.", metavar="FILE")
 ]
 Verbose = Annotated[int, typer.Option("--verbose", "-v", count=True, help="More detail.")]
+Full = Annotated[
+    bool,
+    typer.Option("--full", help="Run the whole play on every host (no converged-host fast path)."),
+]
 Junit = Annotated[
     str | None,
     typer.Option(
@@ -88,6 +92,7 @@ def install(
     report: Report = None,
     verbose: Verbose = 0,
     junit: Junit = None,
+    full: Full = False,
 ) -> None:
     """Install the GPU host stack on every target host; with a kubeconfig, the Kubernetes side."""
     _exit(
@@ -98,6 +103,7 @@ def install(
             check=check,
             diff=diff,
             junit=junit,
+            full=full,
         )
     )
 
@@ -113,13 +119,15 @@ def plan(
     output_: Output = "text",
     report: Report = None,
     verbose: Verbose = 0,
+    full: Full = False,
 ) -> None:
     """Show what install would change (check + diff); change nothing."""
     _exit(
         commands.plan(
             _opts(
                 inventory, limit, extra_vars, tags, skip_tags, kubeconfig, output_, report, verbose
-            )
+            ),
+            full=full,
         )
     )
 

@@ -103,7 +103,11 @@ def _finish(
 
 
 def install(
-    opts: HostOptions, check: bool = False, diff: bool = False, junit: str | None = None
+    opts: HostOptions,
+    check: bool = False,
+    diff: bool = False,
+    junit: str | None = None,
+    full: bool = False,
 ) -> int:
     validated = _validate(opts)
     if junit:
@@ -113,7 +117,9 @@ def install(
         from gpustack.cluster import flow
 
         session = flow.prepare(validated[2], validated[0], validated[1])
-    result, *_ = _run(opts, "site.yml", "gpustack install", check, diff, validated=validated)
+    from gpustack import fastpath
+
+    result = fastpath.run_site(opts, validated, "gpustack install", check, diff, full)
     extra: dict = {"check_mode": check}
     k8s = None
     if session and result.status != "canceled":
@@ -166,10 +172,11 @@ def _write_junit(path: str | None, suite: str, result: RunResult, k8s) -> None:
     junit.write(path, suite, cases)
 
 
-def plan(opts: HostOptions) -> int:
-    from gpustack import fleet_view, plan_summary
+def plan(opts: HostOptions, full: bool = False) -> int:
+    from gpustack import fastpath, fleet_view, plan_summary
 
-    result, *_ = _run(opts, "site.yml", "gpustack plan (check mode)", check=True, diff=True)
+    title = "gpustack plan (check mode)"
+    result = fastpath.run_site(opts, _validate(opts), title, check=True, diff=True, full=full)
     plans = {name: plan_summary.summarize(host.changes) for name, host in result.hosts.items()}
     return _finish(
         "plan",

@@ -143,6 +143,8 @@ def print_run(result: RunResult, verbose: int = 0) -> None:
         elif host.failures:
             first = host.failures[-1]  # the final one; earlier ones may have been rescued
             note = f"{first.task}: {first.message}"
+        elif host.converged:
+            note = "converged (fast path)"
         status = host.status
         table.add_row(
             host.name,

@@ -1,0 +1,175 @@
+"""install's converged-host fast path on real lab nodes: a no-op re-run skips the hosts, and
+every change the fast path could miss sends the host through the full play, which repairs it.
+
+Two Debian 12 nodes with Debian's containerd and the stand-in toolkit repository of
+tests/fixtures/lab_fixtures.py. Each round tampers with the nodes (two different tampers at
+once where they are independent), then: install -> the tampered node is NOT skipped and is
+repaired; install again -> every node is skipped ("converged (fast path)").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.fixtures import lab_fixtures
+from tests.lab.test_lab import ssh
+
+pytestmark = pytest.mark.lab
+
+LAB = os.environ.get("GPUSTACK_FASTPATH_LAB") or f"fastpath{os.getpid()}"
+N1, N2 = f"{LAB}-node1", f"{LAB}-node2"
+TK_OLD, TK_NEW = lab_fixtures.VERSIONS
+BLACKLIST = "/etc/modprobe.d/gpustack-blacklist-nouveau.conf"
+DROPIN = "/etc/containerd/conf.d/99-nvidia.toml"
+DUMP = "containerd --config /etc/containerd/config.toml config dump"
+TIMINGS: dict[str, list[float]] = {}
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    inventory = tmp_path_factory.mktemp("fastpath") / "fastpath.ini"
+    proc = run_cli("lab", "up", "--name", LAB, "--nodes", "2", "--os", "debian12",
+                   "--inventory", str(inventory), timeout=1800)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    containers = [f"gpustack-{n}" for n in (N1, N2)]
+    for container in containers:
+        lab_fixtures.install_containerd(container)
+    repo = lab_fixtures.publish(containers)
+    for container in containers:
+        lab_fixtures.import_image(container)
+    varsfile = inventory.with_suffix(".vars.json")
+    varsfile.write_text(json.dumps(lab_fixtures.extra_vars(repo)))
+    yield inventory, varsfile
+    print("\nfast path lab timings (s):", json.dumps(TIMINGS, indent=2))
+    run_cli("lab", "down", "--name", LAB)
+
+
+def install(lab, *extra: str, command: str = "install") -> dict:
+    inventory, varsfile = lab
+    start = time.monotonic()
+    proc = run_cli(command, str(inventory), "-e", f"@{varsfile}", *extra, "--output", "json",
+                   timeout=1800)  # fmt: skip
+    TIMINGS.setdefault(command + (" ".join(extra) and " " + " ".join(extra)), []).append(
+        round(time.monotonic() - start, 1)
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    return json.loads(proc.stdout)
+
+
+def reasons(doc, host) -> str:
+    return " | ".join((doc["hosts"][host]["facts"].get("gpustack_converged") or {}).get("reasons")
+                      or [])  # fmt: skip
+
+
+def assert_skipped(doc, *hosts):
+    for host in hosts:
+        result = doc["hosts"][host]
+        assert result["converged"] is True, f"{host} not skipped: {reasons(doc, host)}"
+        assert (result["status"], result["changed"]) == ("ok", 0)
+
+
+def assert_full(doc, host, why: str):
+    result = doc["hosts"][host]
+    assert result["converged"] is False, f"{host} skipped although: {why}"
+    assert why in reasons(doc, host), reasons(doc, host)
+    assert result["ok"] > 40, result  # the whole play ran there
+
+
+def sh(lab, host, command) -> str:
+    proc = ssh(lab[0], host, command)
+    assert proc.returncode == 0, f"{command}: {proc.stderr}"
+    return proc.stdout
+
+
+def test_first_install_then_a_no_op_rerun_skips_every_host(lab):
+    doc = install(lab)
+    assert doc["summary"]["failed"] == 0
+    for host in (N1, N2):
+        assert "no stamp" in reasons(doc, host)
+        stamps = sh(lab, host, "ls /var/lib/gpustack/converged").split()
+        assert stamps == [
+            "container_runtime.json", "nvidia_container_toolkit.json", "nvidia_driver.json"
+        ]  # fmt: skip
+    doc = install(lab)
+    assert_skipped(doc, N1, N2)
+    assert doc["summary"]["changed"] == 0
+    facts = doc["hosts"][N1]["facts"]  # what the Kubernetes phase and JUnit read
+    assert facts["gpustack_preflight"]["os"]["codename"] == "bookworm"
+    assert facts["gpustack_toolkit"]["installed_version"] == TK_NEW
+    assert facts["gpustack_runtime"]["wired"] is True
+    assert facts["gpustack_driver"]["held"] is True
+
+
+def test_edited_blacklist_and_removed_dropin_are_repaired(lab):
+    before = sh(lab, N1, f"cat {BLACKLIST}")
+    sh(lab, N1, f"echo '# edited by hand' > {BLACKLIST}")
+    sh(lab, N2, f"rm {DROPIN}")
+    doc = install(lab)
+    assert_full(doc, N1, f"nvidia_driver: file {BLACKLIST} changed")
+    assert_full(doc, N2, f"container_runtime: file {DROPIN} removed")
+    assert sh(lab, N1, f"cat {BLACKLIST}") == before
+    assert "runtimes.nvidia" in sh(lab, N2, DUMP)
+    assert_skipped(install(lab), N1, N2)
+
+
+def test_released_hold_and_package_changed_by_hand_are_repaired(lab):
+    sh(lab, N1, "apt-mark unhold nvidia-smi")
+    packages = " ".join(f"{p}={TK_OLD}" for p in
+                        ("nvidia-container-toolkit", "nvidia-container-toolkit-base",
+                         "libnvidia-container-tools", "libnvidia-container1"))  # fmt: skip
+    sh(lab, N2, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --allow-downgrades "
+                f"--allow-change-held-packages {packages} >/dev/null")  # fmt: skip
+    doc = install(lab)
+    assert_full(doc, N1, "nvidia_driver: package nvidia-smi not held")
+    assert_full(doc, N2, f"nvidia_container_toolkit: package nvidia-container-toolkit {TK_OLD}")
+    assert "nvidia-smi" in sh(lab, N1, "apt-mark showhold").split()
+    assert sh(lab, N2, "dpkg-query -W -f='${Version}' nvidia-container-toolkit") == TK_NEW
+    assert_skipped(install(lab), N1, N2)
+
+
+def test_config_overwritten_by_another_tool_repairs_only_that_node(lab):
+    # "another tool" writes containerd's default configuration: the nvidia runtime is gone
+    sh(lab, N1, "containerd config default > /etc/containerd/config.toml")
+    assert "runtimes.nvidia" not in sh(lab, N1, DUMP)
+    plan = install(lab, command="plan")
+    assert plan["hosts"][N2]["converged"] is True and plan["plan"][N2]["files"] == []
+    assert plan["hosts"][N1]["converged"] is False and plan["plan"][N1]["files"]
+    assert "runtimes.nvidia" not in sh(lab, N1, DUMP)  # plan changed nothing
+    doc = install(lab)
+    assert_full(doc, N1, "containerd: runtime 'nvidia' not in the effective configuration")
+    assert_skipped(doc, N2)  # the full play ran on the tampered node only
+    assert "runtimes.nvidia" in sh(lab, N1, DUMP)
+    assert_skipped(install(lab), N1, N2)
+
+
+def test_a_changed_input_runs_the_full_play_everywhere(lab):
+    pin = f"nvidia_container_toolkit_version={TK_OLD}"
+    doc = install(lab, "-e", pin)
+    for host in (N1, N2):
+        assert_full(doc, host, f"input nvidia_container_toolkit_version is '{TK_OLD}', was ''")
+        assert sh(lab, host, "dpkg-query -W -f='${Version}' nvidia-container-toolkit") == TK_OLD
+    assert_skipped(install(lab, "-e", pin), N1, N2)
+    # and back to "newest" without -e: another input change, another full run
+    doc = install(lab)
+    assert_full(doc, N1, "input nvidia_container_toolkit_version is '', was")
+    assert sh(lab, N1, "dpkg-query -W -f='${Version}' nvidia-container-toolkit") == TK_NEW
+    assert_skipped(install(lab), N1, N2)
+
+
+def test_stamp_of_another_gpustack_and_full_flag(lab):
+    # what a host last installed by another gpustack release (other roles) carries
+    sh(lab, N2, "sed -i 's/\"content\": \"[0-9a-f]*\"/\"content\": \"0ld\"/' "
+                "/var/lib/gpustack/converged/nvidia_driver.json")  # fmt: skip
+    doc = install(lab)
+    assert_full(doc, N2, "nvidia_driver: gpustack's roles changed since the last full run")
+    assert_skipped(doc, N1)
+    assert_skipped(install(lab), N1, N2)
+    doc = install(lab, "--full")
+    for host in (N1, N2):
+        assert doc["hosts"][host]["converged"] is False and doc["hosts"][host]["ok"] > 40
+        assert doc["hosts"][host]["changed"] == 0
