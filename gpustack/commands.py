@@ -62,16 +62,15 @@ def _check_writable(report: str) -> None:
         raise BadInput(f"cannot write report {report}", "choose a writable file path for --report")
 
 
-def _run(
-    opts: HostOptions, playbook: str, title: str, check=False, diff=False, validated=None
-) -> tuple:
+def play(playbook: str, inventory, variables: dict, opts: HostOptions, title: str,
+         check=False, diff=False) -> RunResult:  # fmt: skip
+    """One playbook run with the live progress view."""
     from gpustack import runner  # ansible-runner is imported only when hosts are contacted
 
-    inventory, extravars, kubeconfig = validated or _validate(opts)
     spec = runner.build_run_spec(
         playbook,
         inventory,
-        extravars,
+        variables,
         tags=opts.tags,
         skip_tags=opts.skip_tags,
         check=check,
@@ -79,7 +78,14 @@ def _run(
         verbosity=opts.verbose,
     )
     with output.LiveProgress(title, opts.verbose) as progress:
-        result = runner.run_playbook(spec, on_update=progress.update)
+        return runner.run_playbook(spec, on_update=progress.update)
+
+
+def _run(
+    opts: HostOptions, playbook: str, title: str, check=False, diff=False, validated=None
+) -> tuple:
+    inventory, extravars, kubeconfig = validated or _validate(opts)
+    result = play(playbook, inventory, extravars, opts, title, check, diff)
     return result, inventory, extravars, kubeconfig
 
 

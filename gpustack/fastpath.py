@@ -10,27 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpustack import converged, output
+from gpustack import converged
+from gpustack.commands import play as _play
 from gpustack.results import HostResult, RunResult
 
 PROBE_FACTS = ("gpustack_converged_probe", "gpustack_converged_desired")
-
-
-def _play(playbook, inventory, variables, opts, title, check=False, diff=False) -> RunResult:
-    from gpustack import runner  # ansible-runner is imported only when hosts are contacted
-
-    spec = runner.build_run_spec(
-        playbook,
-        inventory,
-        variables,
-        tags=opts.tags,
-        skip_tags=opts.skip_tags,
-        check=check,
-        diff=diff,
-        verbosity=opts.verbose,
-    )
-    with output.LiveProgress(title, opts.verbose) as progress:
-        return runner.run_playbook(spec, on_update=progress.update)
 
 
 def _skipped(host: HostResult, decision: converged.Decision) -> HostResult:
