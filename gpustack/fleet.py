@@ -131,6 +131,7 @@ def node_status(
         "desired": want.describe(),
         "held": held,
         "pinned": want.pinned or None,
+        "state": doctor.driver_state(pf),  # never hides a missing GPU
     }
     if not installed:
         drift.append(f"driver not installed (desired {want.describe()})")

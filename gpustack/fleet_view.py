@@ -14,6 +14,12 @@ def _k(value) -> str:
     return "—" if value in (None, "") else str(value)
 
 
+def _loaded(row: NodeStatus) -> str:
+    if row.driver.get("loaded") or not row.driver.get("installed"):
+        return _k(row.driver.get("loaded"))
+    return "not loaded" if row.gpu_count else "not loaded: no NVIDIA device"
+
+
 def print_status(rows: list[NodeStatus], kubernetes: bool) -> None:
     table = Table(box=None, pad_edge=False)
     columns = ["host", "os", "kernel", "gpus", "driver installed", "loaded", "desired",
@@ -37,7 +43,7 @@ def print_status(rows: list[NodeStatus], kubernetes: bool) -> None:
             escape(row.kernel),
             escape(row.gpus),
             escape(_k(row.driver.get("installed"))),
-            escape(_k(row.driver.get("loaded"))),
+            escape(_loaded(row)),
             escape(_k(row.driver.get("desired"))),
             escape(_k(row.toolkit.get("installed"))),
             escape(_k(row.toolkit.get("desired"))),

@@ -126,9 +126,15 @@ def test_status_and_doctor_show_no_device(lab):
     proc = run_cli("status", str(lab))
     # This lab installs the driver role only: the missing toolkit is drift (exit 5), the driver is not.
     assert proc.returncode == 5, proc.stdout + proc.stderr
-    assert f"installed {OLD}, not loaded: no NVIDIA device" in proc.stdout
-    drift = json.loads(run_cli("status", str(lab), "--output", "json").stdout)["drift"]
+    doctor = run_cli("doctor", str(lab))
+    assert "driver installed, not loaded: no NVIDIA device" in doctor.stdout, doctor.stdout
+    doc = json.loads(run_cli("status", str(lab), "--output", "json").stdout)
+    drift = doc["drift"]
     for host in nodes():
+        assert (
+            doc["nodes"][host]["driver"]["state"]
+            == f"installed {OLD}, not loaded: no NVIDIA device"
+        )
         assert "toolkit not installed" in drift[host]
         assert not [d for d in drift[host] if d.startswith("driver")], drift[host]
 
