@@ -23,6 +23,7 @@ from gpustack import paths
 from gpustack.results import RunResult, RunTracker
 
 KEEP_RUNS = 20
+RUN_MIN_AGE_S = 24 * 3600  # a run directory this young may belong to a run still going
 
 
 @dataclass(frozen=True)
@@ -103,8 +104,9 @@ def _private_data_dir(playbook: Path) -> Path:
     root = runs_dir()
     root.mkdir(parents=True, exist_ok=True)
     old = sorted(p for p in root.iterdir() if p.is_dir())
-    for stale in old[:-KEEP_RUNS]:
-        shutil.rmtree(stale, ignore_errors=True)
+    for stale in old[:-KEEP_RUNS]:  # keep the newest, and any that may still be in use
+        if time.time() - stale.stat().st_mtime > RUN_MIN_AGE_S:
+            shutil.rmtree(stale, ignore_errors=True)
     stamp = time.strftime("%Y%m%dT%H%M%S")
     # mkdtemp: runs started in parallel (rolling upgrades) in the same second stay apart.
     run_dir = Path(tempfile.mkdtemp(prefix=f"{stamp}-{os.getpid()}-{playbook.stem}-", dir=root))
