@@ -57,12 +57,7 @@ def main() -> int:
                        "--inventory", str(inventory)])  # fmt: skip
         must(proc, "lab up")
         containers = [f"gpustack-{lab}-node{i}" for i in (1, 2, 3)]
-        for container in containers:
-            lab_fixtures.install_containerd(container)
-        repo = lab_fixtures.publish(containers)
-        for container in containers:
-            lab_fixtures.import_image(container)
-        varsfile.write_text(json.dumps(lab_fixtures.extra_vars(repo)))
+        lab_fixtures.prepare(containers, varsfile)
         install = [*GPUSTACK, "install", str(inventory), "-e", f"@{varsfile}", "--output", "json"]
         first, proc = run(install)
         must(proc, "first install")

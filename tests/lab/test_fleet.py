@@ -51,13 +51,7 @@ def lab(tmp_path_factory):
                    "--inventory", str(inventory), timeout=1800)  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     containers = [f"gpustack-{n}" for n in NODES]
-    for container in containers:
-        lab_fixtures.install_containerd(container)
-    repo = lab_fixtures.publish(containers)
-    for container in containers:
-        lab_fixtures.import_image(container)
-    varsfile = inventory.with_suffix(".vars.json")
-    varsfile.write_text(json.dumps(lab_fixtures.extra_vars(repo)))
+    varsfile = lab_fixtures.prepare(containers, inventory.with_suffix(".vars.json"))
     TIMINGS["lab up + containerd + fixtures"] = round(time.monotonic() - start, 1)
     for node in NODES:
         BEFORE[node] = snapshot(inventory, node)

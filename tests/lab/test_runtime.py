@@ -102,16 +102,8 @@ def lab(tmp_path_factory):
     proc = run_cli("lab", "up", "--name", LAB, "--nodes", "3", "--os", "debian12,debian13,forky",
                    "--inventory", str(inventory), timeout=1800)  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    for node in NODES:
-        proc = ssh(inventory, node, "apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
-                                    "apt-get install -y -qq containerd runc >/dev/null")  # fmt: skip
-        assert proc.returncode == 0, proc.stderr
     containers = [f"gpustack-{node}" for node in NODES]
-    repo = lab_fixtures.publish(containers)
-    for container in containers:
-        lab_fixtures.import_image(container)
-    varsfile = inventory.with_suffix(".vars.json")
-    varsfile.write_text(json.dumps(lab_fixtures.extra_vars(repo)))
+    varsfile = lab_fixtures.prepare(containers, inventory.with_suffix(".vars.json"))
     yield inventory, varsfile
     run_cli("lab", "down", "--name", LAB)
 
