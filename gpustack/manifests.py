@@ -149,36 +149,30 @@ def render(config: ClusterConfig, *, servicemonitor: bool = False) -> list[dict[
         "mps_root": MPS_ROOT,
         "security_context": _security_context(config),
     }
-    labels, selector = _labels("nvidia-device-plugin", "device-plugin")
-    objects.append(
-        _render_template(
-            "device-plugin/daemonset.yaml.j2",
-            labels=labels,
-            selector=selector,
-            pod_labels={**labels},
-            **shared,
+
+    def daemonset(template: str, name: str, component: str) -> dict[str, Any]:
+        labels, selector = _labels(name, component)
+        return _render_template(
+            template, labels=labels, selector=selector, pod_labels={**labels}, **shared
         )
+
+    objects.append(
+        daemonset("device-plugin/daemonset.yaml.j2", "nvidia-device-plugin", "device-plugin")
     )
     if config.sharing == "mps":
-        labels, selector = _labels("nvidia-mps-control-daemon", "mps-control-daemon")
         objects.append(
-            _render_template(
+            daemonset(
                 "device-plugin/mps-control-daemon.yaml.j2",
-                labels=labels,
-                selector=selector,
-                pod_labels={**labels},
-                **shared,
+                "nvidia-mps-control-daemon",
+                "mps-control-daemon",
             )
         )
     if config.gfd_enabled:
-        labels, selector = _labels("gpu-feature-discovery", "gpu-feature-discovery")
         objects.append(
-            _render_template(
+            daemonset(
                 "gpu-feature-discovery/daemonset.yaml.j2",
-                labels=labels,
-                selector=selector,
-                pod_labels={**labels},
-                **shared,
+                "gpu-feature-discovery",
+                "gpu-feature-discovery",
             )
         )
     if config.dcgm_exporter_enabled:
