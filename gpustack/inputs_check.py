@@ -16,6 +16,7 @@ import yaml
 from gpustack import paths
 from gpustack.config import check_extra_vars
 from gpustack.errors import BadInput
+from gpustack.inventory import resolved_vars
 
 _BOOL = ("true", "false", "yes", "no", "1", "0", "on", "off", "y", "n")
 
@@ -88,34 +89,9 @@ def check_inputs(variables: dict[str, Any], where: str = "-e") -> None:
 
 
 def resolved_host_vars(inventory) -> dict[str, dict[str, Any]]:
-    """{host: variables} as a play sees them ([all:vars], groups, group_vars/, host_vars/),
-    limited to what is checked here; values are not templated."""
-    from ansible.vars.manager import VariableManager
-
-    from gpustack.inventory import _ansible_inventory_manager
-
+    """{host: variables} as a play sees them, limited to what is checked here."""
     wanted = set(role_options()) | {"gpustack_require_gpu", "ansible_port"}
-    manager = _ansible_inventory_manager(inventory.path)
-    variables = VariableManager(loader=manager._loader, inventory=manager)
-    found: dict[str, dict[str, Any]] = {}
-    for name in inventory.hosts:
-        every = variables.get_vars(host=manager.get_host(name), include_hostvars=False)
-        found[name] = {k: _plain(v) for k, v in every.items() if k in wanted}
-    return found
-
-
-def _plain(value: Any) -> Any:
-    """Ansible's tagged values as plain Python values (for messages and type checks)."""
-    if isinstance(value, bool) or value is None:
-        return value
-    for kind in (str, int, float):
-        if isinstance(value, kind):
-            return kind(value)
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
+    return resolved_vars(inventory, wanted.__contains__)
 
 
 def check_host_vars(inventory, extravars: dict[str, Any]) -> None:

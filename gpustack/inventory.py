@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,3 +108,32 @@ def _readable(path: Path) -> bool:
     except OSError:
         return False
     return True
+
+
+def plain(value: Any) -> Any:
+    """Ansible's tagged str/int/float values as plain Python values (messages, type checks)."""
+    if isinstance(value, bool) or value is None:
+        return value
+    for kind in (str, int, float):
+        if isinstance(value, kind):
+            return kind(value)
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+def resolved_vars(inventory: Inventory, keep: Callable[[str], bool]) -> dict[str, dict[str, Any]]:
+    """{host: variables} of the target hosts as a play sees them ([all:vars], groups,
+    group_vars/, host_vars/; Ansible's own VariableManager), only names `keep` accepts;
+    values are not templated."""
+    from ansible.vars.manager import VariableManager
+
+    manager = _ansible_inventory_manager(inventory.path)
+    variables = VariableManager(loader=manager._loader, inventory=manager)
+    found: dict[str, dict[str, Any]] = {}
+    for name in inventory.hosts:
+        every = variables.get_vars(host=manager.get_host(name), include_hostvars=False)
+        found[name] = {k: plain(v) for k, v in every.items() if keep(k)}
+    return found
