@@ -38,6 +38,7 @@ PACKAGES = [
     "procps",
 ]
 ULIMITS = ["--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]
+CGROUP_ROOT = "/sys/fs/cgroup"
 LABEL = "io.gpustack.lab"
 INIT_CGROUP2 = "/usr/local/sbin/gpustack-lab-init"
 
@@ -296,6 +297,36 @@ def _remove_stale_images(spec: OsSpec, keep: str) -> None:
             _run(["podman", "rmi", ref], check=False)
 
 
+def cgroup_layout(root: str = CGROUP_ROOT) -> str:
+    """'v2' (unified), 'hybrid' (v1 with controllers also on cgroup2) or 'v1'."""
+    base = Path(root)
+    if (base / "cgroup.controllers").exists():
+        return "v2"
+    try:
+        unified = (base / "unified" / "cgroup.controllers").read_text().split()
+    except OSError:
+        return "v1"
+    return "hybrid" if unified else "v1"
+
+
+def oci_runtime(root: str = CGROUP_ROOT) -> str | None:
+    """The OCI runtime lab nodes need here, or None for podman's default.
+
+    crun (podman's default on Debian 12) refuses every container on a hybrid hierarchy
+    ("cgroups in hybrid mode not supported, drop all controllers from cgroupv2"); runc starts
+    systemd nodes there. GPUSTACK_LAB_OCI_RUNTIME overrides the choice.
+    """
+    chosen = os.environ.get("GPUSTACK_LAB_OCI_RUNTIME") or (
+        "runc" if cgroup_layout(root) == "hybrid" else None
+    )
+    if chosen and not shutil.which(chosen):
+        raise LabError(
+            f"this machine's cgroup layout needs the {chosen} OCI runtime, which is not installed",
+            f"apt-get install {chosen} (./scripts/setup.sh installs it)",
+        )
+    return chosen
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -363,8 +394,10 @@ def _wait_for_ssh(node: Node, key: Path, timeout: float = 120) -> None:
 
 def _start_node(node: Node, image: str, key: Path, init: str) -> None:
     _run(["podman", "rm", "-f", "-i", node.container])
+    runtime = oci_runtime()
     # fmt: off
-    _run(["podman", "run", "-d", "--name", node.container, "--hostname", node.name,
+    _run(["podman", *(["--runtime", runtime] if runtime else []),
+          "run", "-d", "--name", node.container, "--hostname", node.name,
           "--label", f"{LABEL}={node.container.split('-node')[0]}",
           "--systemd=always", "--privileged", *ULIMITS,
           "-p", f"127.0.0.1:{node.port}:22",

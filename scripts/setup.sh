@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(podman debootstrap openssh-client uidmap ca-certificates git apt-utils gnupg dpkg-dev)
+PACKAGES=(podman runc debootstrap openssh-client uidmap ca-certificates git apt-utils gnupg dpkg-dev)
 if [ "$(id -u)" -ne 0 ]; then
     if command -v sudo >/dev/null; then exec sudo -E "$0" "$@"; fi
     echo "Error: setup needs root (apt, podman --privileged, debootstrap)" >&2
