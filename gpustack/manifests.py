@@ -119,6 +119,14 @@ def _security_context(config: ClusterConfig) -> dict[str, Any]:
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
+def _plugin_security_context(config: ClusterConfig) -> dict[str, Any]:
+    # As the chart's compatWithCPUManager: passing device specs to the kubelet needs the
+    # plugin to see every /dev/nvidia* node (nvidia-device-plugin.securityContext helper).
+    if config.compat_with_cpu_manager:
+        return {"privileged": True}
+    return _security_context(config)
+
+
 def render(config: ClusterConfig, *, servicemonitor: bool = False) -> list[dict[str, Any]]:
     """Every object gpustack applies, in apply order (namespace first).
 
@@ -129,8 +137,11 @@ def render(config: ClusterConfig, *, servicemonitor: bool = False) -> list[dict[
         _render_template(
             "namespace.yaml.j2", config=config, labels={**COMMON_LABELS, **POD_SECURITY_LABELS}
         ),
-        _render_template("runtimeclass.yaml.j2", config=config, labels=dict(COMMON_LABELS)),
     ]
+    if config.runtime_class:  # empty: nvidia is the nodes' default runtime, no class needed
+        objects.append(
+            _render_template("runtimeclass.yaml.j2", config=config, labels=dict(COMMON_LABELS))
+        )
     plugin_text = yaml.safe_dump(plugin_config(config), sort_keys=False)
     plugin_hash = _hash(plugin_text)
     labels, _ = _labels("nvidia-device-plugin", "device-plugin")
@@ -148,6 +159,7 @@ def render(config: ClusterConfig, *, servicemonitor: bool = False) -> list[dict[
         "tolerations": GPU_TOLERATIONS,
         "mps_root": MPS_ROOT,
         "security_context": _security_context(config),
+        "plugin_security_context": _plugin_security_context(config),
     }
 
     def daemonset(template: str, name: str, component: str) -> dict[str, Any]:
