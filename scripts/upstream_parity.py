@@ -8,7 +8,7 @@ where the field lives in the rendered object (`path`) and gpustack's value per s
 render every scenario and fail on any drift between the templates and the table.
 
     python scripts/upstream_parity.py --write   # regenerate the Markdown from the YAML
-    python scripts/upstream_parity.py --check   # exit 1 when the Markdown or a rendered value drifted
+    python scripts/upstream_parity.py --check   # exit 1 on a stale Markdown or a drifted value
 
 Path syntax (resolved against one rendered object):
     a.b           mapping keys            ["nvidia.com/x"]  a key with dots or slashes
@@ -155,7 +155,8 @@ def rendered_objects(data: dict[str, Any], name: str) -> dict[str, dict[str, Any
     from gpustack.manifests import render, render_verify_pod
 
     config = scenario_config(data, name)
-    objects = {f"{o['kind']}/{o['metadata']['name']}": o for o in render(config, servicemonitor=True)}
+    rendered = render(config, servicemonitor=True)
+    objects = {f"{o['kind']}/{o['metadata']['name']}": o for o in rendered}
     kwargs: dict[str, Any] = {"node_name": "gpu-1", "name": "verify"}
     if "gpus" in inspect.signature(render_verify_pod).parameters:
         kwargs["gpus"] = 1
@@ -227,10 +228,7 @@ def known_fields() -> set[str]:
 
 
 def _cell(value: Any) -> str:
-    if isinstance(value, str):
-        text = value
-    else:
-        text = json.dumps(value, separators=(", ", ": "))
+    text = value if isinstance(value, str) else json.dumps(value, separators=(", ", ": "))
     return "`" + text.replace("|", "\\|").replace("`", "'") + "`"
 
 
@@ -321,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
         DOC.write_text(text, encoding="utf-8")
         print(f"wrote {DOC.relative_to(ROOT)}: {counts(data)}")
         return 0
-    problems = [] if DOC.read_text(encoding="utf-8") == text else ["docs/upstream-parity.md is stale"]
+    stale = DOC.read_text(encoding="utf-8") != text
+    problems = ["docs/upstream-parity.md is stale"] if stale else []
     drift, compared, unavailable = mismatches(data)
     problems += drift
     for line in problems:
