@@ -311,7 +311,7 @@ def config_from_inventory(
     if isinstance(inventory, Inventory):
         from gpustack.manifests_vars import inventory_k8s_vars
 
-        hostvars = inventory_k8s_vars(inventory)
+        hostvars = inventory_k8s_vars(inventory, also=(RUNTIME_NAME_VAR,))
     else:
         hostvars = inventory
     merged: dict[str, Any] = {}
@@ -329,7 +329,32 @@ def config_from_inventory(
             merged.setdefault(key, value)
             source.setdefault(key, host)
     merged.update({k: v for k, v in extravars.items() if k.startswith(VAR_PREFIX)})
-    return ClusterConfig.from_vars(merged)
+    config = ClusterConfig.from_vars(merged)
+    _check_runtime_handler(config, hostvars, extravars)
+    return config
+
+
+RUNTIME_NAME_VAR = "container_runtime_nvidia_name"
+
+
+def _check_runtime_handler(
+    config: ClusterConfig, hostvars: dict[str, dict[str, Any]], extravars: dict[str, Any]
+) -> None:
+    """The RuntimeClass gpustack creates names the nvidia runtime the container_runtime role
+    registers on each host; a different name there leaves every GPU pod without a sandbox."""
+    if not config.runtime_class:
+        return
+    for host, variables in hostvars.items():
+        name = extravars.get(RUNTIME_NAME_VAR, variables.get(RUNTIME_NAME_VAR, "nvidia"))
+        if not isinstance(name, str) or "{{" in name or "{%" in name:
+            continue  # templated: only the play knows it
+        if name != config.runtime_class:
+            raise BadInput(
+                f"gpustack_k8s_runtime_class={config.runtime_class} but {RUNTIME_NAME_VAR}="
+                f"{name} on {host}: GPU pods would ask for a runtime handler the host lacks",
+                f"give both the same name (gpustack_k8s_runtime_class={name}), or set "
+                'gpustack_k8s_runtime_class="" where nvidia is the default runtime',
+            )
 
 
 # -- writing manifests as files -----------------------------------------------------------

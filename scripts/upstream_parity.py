@@ -260,6 +260,9 @@ def markdown(data: dict[str, Any]) -> str:
         "",
         _text(data["intro"]),
         "",
+        "**{rows} fields compared; {differ} differ from upstream on purpose (the rows with a "
+        "reason); {fixed} were wrong and are fixed here.**".format(**counts(data)),
+        "",
         "## Pinned upstream sources",
         "",
         "| key | repository | path | commit | note |",

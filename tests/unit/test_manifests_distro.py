@@ -256,3 +256,37 @@ def test_every_setting_is_documented():
     text = (ROOT / "docs" / "kubernetes.md").read_text(encoding="utf-8")
     missing = [f for f in ClusterConfig.model_fields if f"`gpustack_k8s_{f}`" not in text]
     assert missing == []
+
+
+def test_runtime_class_must_name_the_runtime_the_hosts_register():
+    from gpustack.manifests import config_from_inventory
+
+    hosts = {"gpu1": {}, "gpu2": {"container_runtime_nvidia_name": "nvidia-cdi"}}
+    with pytest.raises(BadInput) as caught:
+        config_from_inventory(hosts, {})
+    assert "container_runtime_nvidia_name=nvidia-cdi on gpu2" in caught.value.message
+    assert "gpustack_k8s_runtime_class=nvidia-cdi" in caught.value.hint
+    # the same name on both sides, -e for both, or no RuntimeClass at all: fine
+    same = {"gpu1": {"container_runtime_nvidia_name": "nvidia-cdi",
+                     "gpustack_k8s_runtime_class": "nvidia-cdi"}}  # fmt: skip
+    assert config_from_inventory(same, {}).runtime_class == "nvidia-cdi"
+    dash_e = {"container_runtime_nvidia_name": "x", "gpustack_k8s_runtime_class": "x"}
+    assert config_from_inventory(hosts, dash_e).runtime_class == "x"
+    assert config_from_inventory(hosts, {"gpustack_k8s_runtime_class": ""}).runtime_class == ""
+    templated = {"gpu1": {"container_runtime_nvidia_name": "{{ my_name }}"}}
+    assert config_from_inventory(templated, {}).runtime_class == "nvidia"
+
+
+def test_runtime_name_is_read_from_group_vars_as_a_play_reads_it(tmp_path):
+    from gpustack.inventory import load_inventory
+    from gpustack.manifests import config_from_inventory
+
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "all.yml").write_text("container_runtime_nvidia_name: nvidia-cdi\n")
+    inventory_file = tmp_path / "hosts.ini"
+    inventory_file.write_text("gpu1 ansible_host=10.0.0.1\n")
+    inventory = load_inventory(str(inventory_file), None)
+    with pytest.raises(BadInput, match="container_runtime_nvidia_name=nvidia-cdi on gpu1"):
+        config_from_inventory(inventory, {})
+    config = config_from_inventory(inventory, {"gpustack_k8s_runtime_class": "nvidia-cdi"})
+    assert config.runtime_class == "nvidia-cdi"
