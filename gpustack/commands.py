@@ -196,18 +196,35 @@ def plan(opts: HostOptions, full: bool = False) -> int:
     )
 
 
+def _runtime_classes(inventory, extravars: dict) -> dict[str, str]:
+    """gpustack_k8s_runtime_class per host as a play sees it ("nvidia" when unset)."""
+    key = "gpustack_k8s_runtime_class"
+    if key in extravars:
+        return {host: str(extravars[key] or "") for host in inventory.hosts}
+    from gpustack.manifests_vars import inventory_k8s_vars
+
+    try:
+        found = inventory_k8s_vars(inventory)
+    except BadInput:  # a templated value: `install` reports it; doctor assumes the default
+        found = {}
+    return {h: str((found.get(h) or {}).get(key, "nvidia") or "") for h in inventory.hosts}
+
+
 def doctor_cmd(opts: HostOptions) -> int:
-    result, _, extravars, _ = _run(opts, "preflight.yml", "gpustack doctor")
+    result, inventory, extravars, _ = _run(opts, "preflight.yml", "gpustack doctor")
     require_gpu = str(extravars.get("gpustack_require_gpu", "false")).lower() in (
         "1",
         "true",
         "yes",
     )
+    runtime_classes = _runtime_classes(inventory, extravars)
     problems = [
         p
         for name, host in result.hosts.items()
         if not host.unreachable
-        for p in doctor.find_problems(name, host.facts, require_gpu)
+        for p in doctor.find_problems(
+            name, host.facts, require_gpu, runtime_classes.get(name, "nvidia")
+        )
     ]
     extra = {"problems": [p.__dict__ for p in problems]}
     code = result.exit_code
