@@ -146,7 +146,7 @@ def test_a_process_using_a_gpu_blocks_the_change(lab):
         host, rc = play(lab, nvidia_mig_config="all-balanced")
         assert rc == 1 and fact(host)["state"] == "failed"
         message = host.failures[-1].message
-        assert f"pid {pid} (sleep) on GPU GPU-" in message and "nothing was changed" in message
+        assert f"pid {pid} (sleep) on GPU 1 (GPU-" in message and "nothing was changed" in message
         assert "Hint: stop the processes named above" in message
         assert mig.mutating(mig.calls(CONTAINER)[calls:]) == [] and listing() == before
     finally:

@@ -125,11 +125,12 @@ class FixtureNode:
         """What a node restart does to the fixture: /run is gone."""
         subprocess.run(["rm", "-rf", str(self.root / "run")], check=True)
 
-    def use_gpu(self, gpu: int) -> subprocess.Popen:
+    def use_gpu(self, gpu: int, mig: int | None = None) -> subprocess.Popen:
         proc = subprocess.Popen(["sleep", "60"])
         procs = self.root / "run/gpustack-fixture/nvidia-smi/processes.json"
         procs.parent.mkdir(parents=True, exist_ok=True)
-        procs.write_text(json.dumps([{"gpu": gpu, "pid": proc.pid}]))
+        entry = {"gpu": gpu, "pid": proc.pid, **({"mig": mig} if mig is not None else {})}
+        procs.write_text(json.dumps([entry]))
         return proc
 
     def settings(self, layout, **extra) -> dict:

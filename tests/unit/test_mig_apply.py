@@ -77,7 +77,7 @@ def test_busy_gpu_refused_and_named(node2):
         before = node.mutating_calls()
         result = node.apply("all-balanced")
         assert result["state"] == "failed" and result["changed"] is False
-        assert f"pid {proc.pid} (sleep) on GPU {result['gpus'][1]['uuid']}" in result["reason"]
+        assert f"pid {proc.pid} (sleep) on GPU 1 ({result['gpus'][1]['uuid']})" in result["reason"]
         assert result["reason"].endswith("nothing was changed")
         assert result["processes"][0]["pid"] == proc.pid
         assert node.mutating_calls() == before
@@ -86,6 +86,20 @@ def test_busy_gpu_refused_and_named(node2):
         proc.kill()
         proc.wait()
     assert node.apply("all-balanced")["state"] == "success"
+
+
+def test_a_process_on_a_mig_device_counts_for_its_gpu(node):
+    node.apply("all-1g.10gb")
+    proc = node.use_gpu(0, mig=3)
+    try:
+        result = node.apply("all-balanced")
+        assert result["state"] == "failed" and result["processes"][0]["gpu"] == 0
+        assert result["processes"][0]["gpu_uuid"].startswith("MIG-")
+        assert f"pid {proc.pid} (sleep) on GPU 0 (MIG-" in result["reason"]
+        assert ["-L"] in node.calls()  # the MIG UUID was mapped to its GPU
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_idle_gpu_is_not_blocked_by_a_busy_one_that_matches(node2):

@@ -197,6 +197,21 @@ def test_parses_the_guides_tables():
         "3g.20gb": {"id": 9, "free": 2, "total": 2, "g": 3, "gib": 19.5}}}  # fmt: skip
 
 
+def test_parse_list_maps_mig_devices_to_their_gpu():
+    text = (
+        "GPU 0: A100-SXM4-40GB (UUID: GPU-e86cb44c-6756-fd30-cd4a-1e6da3caf9b0)\n"
+        "  MIG 3g.20gb Device 0: (UUID: MIG-c7384736-a75d-5afc-978f-d2f1294409fd)\n"
+        "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-b)\n"
+        "  MIG 1g.10gb     Device  0: (UUID: MIG-x)\n"
+    )  # the guide's form, then the padded form of newer drivers
+    assert plan.parse_list(text) == {
+        "GPU-e86cb44c-6756-fd30-cd4a-1e6da3caf9b0": 0,
+        "MIG-c7384736-a75d-5afc-978f-d2f1294409fd": 0,
+        "GPU-b": 1,
+        "MIG-x": 1,
+    }
+
+
 def test_parse_query_and_apps():
     gpus = plan.parse_query_gpu("0, NVIDIA H100 80GB HBM3, GPU-a, 00000000:18:00.0, 0x233010DE, 0x16C110DE, "
                                 "Enabled, Disabled\n1, Tesla T4, GPU-b, 00000000:2A:00.0, 0x1EB810DE, "

@@ -258,11 +258,14 @@ def _change(settings, result, host, seen, check_mode):
             "would change: " + (words or "nvidia-mig-parted apply"),
             True,
         )
-    busy = [p for p in smi.read_processes(host) if p["gpu_uuid"] in {g["uuid"] for g in todo}]
+    changing = {g["index"] for g in todo}
+    # A process whose GPU cannot be told counts as using every GPU: never change under it.
+    busy = [p for p in smi.read_processes(host, gpus) if p["gpu"] in changing or p["gpu"] is None]
     if busy:
         result["processes"] = busy
         names = ", ".join(
-            "pid %d (%s) on GPU %s" % (p["pid"], p["name"], p["gpu_uuid"]) for p in busy
+            "pid %d (%s) on GPU %s (%s)" % (p["pid"], p["name"], p["gpu"], p["gpu_uuid"])
+            for p in busy
         )
         return _finish(
             settings,

@@ -243,6 +243,23 @@ def parse_compute_apps(text):
     return procs
 
 
+_LIST_GPU = re.compile(r"^GPU (\d+): .*\(UUID: (GPU-[^)]+)\)")
+_LIST_MIG = re.compile(r"^\s+MIG .*\(UUID: (MIG-[^)]+)\)")
+
+
+def parse_list(text):
+    """`nvidia-smi -L` -> {GPU or MIG device UUID: GPU index}."""
+    owner, index = {}, None
+    for line in text.splitlines():
+        gpu, mig = _LIST_GPU.match(line), _LIST_MIG.match(line)
+        if gpu:
+            index = int(gpu.group(1))
+            owner[gpu.group(2)] = index
+        elif mig and index is not None:
+            owner[mig.group(1)] = index
+    return owner
+
+
 _LGI = re.compile(r"^\|\s*(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+):(\d+)\s*\|$")
 _LCI = re.compile(r"^\|\s*(\d+)\s+(\d+)\s+MIG\s+(\S+)\s+(\d+)\s+(\d+)\s*\|$")
 _LGIP = re.compile(

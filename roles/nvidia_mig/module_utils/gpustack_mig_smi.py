@@ -86,11 +86,20 @@ def read_gpus(host):
     return gpus, None
 
 
-def read_processes(host):
+def read_processes(host, gpus):
+    """Compute processes, each with the index of its GPU ("gpu"); a process on a MIG device names
+    the device's UUID, which `nvidia-smi -L` maps to its GPU."""
     rc, out = host.run(
         [host.smi, "--query-compute-apps=pid,gpu_uuid,process_name", "--format=csv,noheader"]
     )
-    return mig_plan.parse_compute_apps(out) if rc == 0 else []
+    procs = mig_plan.parse_compute_apps(out) if rc == 0 else []
+    owner = {g["uuid"]: g["index"] for g in gpus}
+    if any(p["gpu_uuid"] not in owner for p in procs):
+        rc, listing = host.run([host.smi, "-L"])
+        owner.update(mig_plan.parse_list(listing) if rc == 0 else {})
+    for proc in procs:
+        proc["gpu"] = owner.get(proc["gpu_uuid"])
+    return procs
 
 
 def profile_problem(gpu, wanted):
