@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 import time
 
 import pytest
@@ -202,3 +203,35 @@ def test_mode_change_without_reset_waits_for_the_reboot(lab):
     assert listing().count("MIG 1g.10gb") == 14
     host, rc = play(lab, nvidia_mig_config="all-1g.10gb", nvidia_mig_reset=False)
     assert rc == 0 and host.changed == 0 and fact(host)["state"] == "success"
+
+
+def test_reboot_policy_if_needed_reboots_and_reports_the_boot_result(lab):
+    """nvidia_mig_reboot=if_needed: the role reboots the node itself. Podman does not restart a
+    node that shut down, so this test plays the machine's power cycle: it starts it again."""
+    assert play(lab, nvidia_mig_config="all-disabled")[1] == 0
+    outcome = {}
+    variables = {"nvidia_mig_config": "all-1g.10gb", "nvidia_mig_reset": False,
+                 "nvidia_mig_reboot": "if_needed", "nvidia_mig_reboot_timeout": 300}  # fmt: skip
+    worker = threading.Thread(target=lambda: outcome.update(result=play(lab, **variables)))
+    worker.start()
+    restarted = False
+    while worker.is_alive():
+        state = podman_state()
+        if state == "exited" and not restarted:
+            assert (
+                subprocess.run(["podman", "start", CONTAINER], capture_output=True).returncode == 0
+            )
+            restarted = True
+        time.sleep(1)
+    host, rc = outcome["result"]
+    assert restarted and rc == 0, host.failures
+    state = fact(host)
+    assert (state["state"], state["source"], state["rebooted"]) == ("success", "boot", True)
+    assert [g["applied"] for g in state["gpus"]] == [{"1g.10gb": 7}] * 2
+    assert listing().count("MIG 1g.10gb") == 14
+
+
+def podman_state() -> str:
+    proc = subprocess.run(["podman", "inspect", "-f", "{{.State.Status}}", CONTAINER],
+                          capture_output=True, text=True)  # fmt: skip
+    return proc.stdout.strip()
