@@ -117,12 +117,13 @@ TXT
 ( cd "$DEST" && sha256sum ./*.whl gpu-smoke.sh requirements.txt | sed 's| \./| |' > SHA256SUMS )
 
 if [ "$CHECK" -eq 1 ]; then
-    # Resolve gpustack from the wheelhouse alone, as the offline host will: no index, no pip
-    # configuration (PIP_CONFIG_FILE=/dev/null, --isolated ignores PIP_* variables).
+    # Resolve gpustack for the target from the wheelhouse alone, as the offline host will: no
+    # index, no pip configuration (PIP_CONFIG_FILE=/dev/null; --isolated ignores PIP_* variables).
+    # `pip download` checks Requires-Python against --python-version (`install --dry-run` did not).
     scratch=$(mktemp -d)
     trap 'rm -f "$log"; rm -rf "$scratch"' EXIT
-    if ! PIP_CONFIG_FILE=/dev/null "$PY" -m pip --isolated install --quiet --dry-run --ignore-installed \
-            --no-index --find-links "$DEST" --only-binary=:all: "${TARGET[@]}" --target "$scratch" \
+    if ! PIP_CONFIG_FILE=/dev/null "$PY" -m pip --isolated download --quiet --dest "$scratch" \
+            --no-index --find-links "$DEST" --only-binary=:all: "${TARGET[@]}" \
             gpustack >"$log" 2>&1; then
         cat "$log" >&2
         fail "the wheelhouse does not resolve gpustack offline" "see pip's message above" 1

@@ -196,3 +196,17 @@ def test_after_install_the_real_driver_packages_report_not_loaded(lab):
     probe = doc["hosts"]["localhost"]["facts"]["gpustack_smoke"]
     assert probe["tools"]["nvidia-smi"] == "/usr/bin/nvidia-smi"
     assert probe["container"]["image_choice"] == "given"
+
+
+def test_wheelhouse_for_another_python_and_architecture(tmp_path):
+    """Cross-target: CPython 3.12 on aarch64 from this x86_64 machine; the script's own offline
+    check resolves gpustack for that target from the wheelhouse alone."""
+    dest = tmp_path / "wh"
+    proc = subprocess.run([str(ROOT / "scripts/wheelhouse.sh"), "--dest", str(dest), "--python-version",
+                           "3.12", "--arch", "aarch64"], capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "PYTHON": sys.executable})  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    binary = [p.name for p in dest.glob("*.whl") if not p.name.endswith("-none-any.whl")]
+    assert binary, "some dependencies are platform wheels"
+    for name in binary:
+        assert "aarch64" in name and ("cp312" in name or "abi3" in name), name
