@@ -9,6 +9,7 @@ import typer
 
 from gpustack import __version__, commands, output
 from gpustack.errors import ExitCode, GpustackError
+from gpustack.inventory import inventory_source
 
 try:  # typer >= 0.26 vendors click; older releases use the click package
     from typer._click import exceptions as click_exceptions
@@ -29,6 +30,16 @@ app.add_typer(lab_app, name="lab")
 
 Inventory = Annotated[
     str, typer.Argument(help="Ansible inventory (INI or YAML).", show_default=False)
+]
+LocalOrInventory = Annotated[
+    str | None,
+    typer.Argument(
+        help="Ansible inventory (INI or YAML); leave out with --local.", show_default=False
+    ),
+]
+Local = Annotated[
+    bool,
+    typer.Option("--local", help="This machine, no SSH (localhost ansible_connection=local)."),
 ]
 Limit = Annotated[str | None, typer.Option("--limit", "-l", help="Ansible host pattern.")]
 ExtraVars = Annotated[
@@ -110,7 +121,8 @@ def install(
 
 @app.command()
 def plan(
-    inventory: Inventory,
+    inventory: LocalOrInventory = None,
+    local: Local = False,
     limit: Limit = None,
     extra_vars: ExtraVars = None,
     tags: Tags = "",
@@ -122,6 +134,7 @@ def plan(
     full: Full = False,
 ) -> None:
     """Show what install would change (check + diff); change nothing."""
+    inventory = inventory_source(inventory, local)
     _exit(
         commands.plan(
             _opts(
@@ -134,7 +147,8 @@ def plan(
 
 @app.command()
 def doctor(
-    inventory: Inventory,
+    inventory: LocalOrInventory = None,
+    local: Local = False,
     limit: Limit = None,
     extra_vars: ExtraVars = None,
     output_: Output = "text",
@@ -142,6 +156,7 @@ def doctor(
     verbose: Verbose = 0,
 ) -> None:
     """Read every host (read-only) and list problems with hints."""
+    inventory = inventory_source(inventory, local)
     _exit(
         commands.doctor_cmd(
             _opts(inventory, limit, extra_vars, "", "", None, output_, report, verbose)
@@ -151,7 +166,8 @@ def doctor(
 
 @app.command()
 def status(
-    inventory: Inventory,
+    inventory: LocalOrInventory = None,
+    local: Local = False,
     limit: Limit = None,
     extra_vars: ExtraVars = None,
     kubeconfig: Kubeconfig = None,
@@ -160,6 +176,7 @@ def status(
     verbose: Verbose = 0,
 ) -> None:
     """One row per node: OS, GPUs, driver, runtime (read-only)."""
+    inventory = inventory_source(inventory, local)
     _exit(
         commands.status(
             _opts(inventory, limit, extra_vars, "", "", kubeconfig, output_, report, verbose)
@@ -169,7 +186,8 @@ def status(
 
 @app.command()
 def verify(
-    inventory: Inventory,
+    inventory: LocalOrInventory = None,
+    local: Local = False,
     limit: Limit = None,
     extra_vars: ExtraVars = None,
     kubeconfig: Kubeconfig = None,
@@ -179,8 +197,33 @@ def verify(
     junit: Junit = None,
 ) -> None:
     """Check every GPU node end to end: host facts (read-only), capacity, a GPU pod, metrics."""
+    inventory = inventory_source(inventory, local)
     opts = _opts(inventory, limit, extra_vars, "", "", kubeconfig, output_, report, verbose)
     _exit(commands.verify(opts, junit=junit))
+
+
+@app.command()
+def smoke(
+    inventory: LocalOrInventory = None,
+    local: Local = False,
+    image: Annotated[
+        str | None,
+        typer.Option("--image", help="Local image for the container check (none: skip it)."),
+    ] = None,
+    capture: Annotated[
+        str | None,
+        typer.Option("--capture", help="Write masked tool outputs under DIR.", metavar="DIR"),
+    ] = None,
+    limit: Limit = None,
+    extra_vars: ExtraVars = None,
+    output_: Output = "text",
+    report: Report = None,
+    verbose: Verbose = 0,
+) -> None:
+    """Read-only smoke suite of each GPU host with NVIDIA's own tools (docs/gpu-hosts.md)."""
+    inventory = inventory_source(inventory, local)
+    opts = _opts(inventory, limit, extra_vars, "", "", None, output_, report, verbose)
+    _exit(commands.smoke(opts, image=image, capture=capture))
 
 
 @app.command()

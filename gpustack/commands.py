@@ -270,6 +270,41 @@ def status(opts: HostOptions) -> int:
     )
 
 
+def smoke(opts: HostOptions, image: str | None = None, capture: str | None = None) -> int:
+    """Read-only smoke suite (docs/gpu-hosts.md): the probe play, then the controller's checks."""
+    from gpustack.smoke import checks, view
+
+    if image:
+        opts.extra_vars = [*opts.extra_vars, json.dumps({"gpu_smoke_image": image})]
+    if capture:
+        if Path(capture).expanduser().exists() and not Path(capture).expanduser().is_dir():
+            raise BadInput(f"--capture {capture} is not a directory", "pass a directory path")
+        _check_writable(str(Path(capture).expanduser() / "x"))
+    result, *_ = _run(opts, "smoke.yml", "gpustack smoke (read-only)")
+    hosts = [checks.host_smoke(name, host.facts) for name, host in result.hosts.items()]
+    extra: dict = {"smoke": {h.host: h.to_dict() for h in hosts}}
+    if capture:
+        from datetime import date
+
+        from gpustack import __version__
+        from gpustack.smoke.capture import write_capture
+
+        extra["captures"] = {
+            h.host: str(write_capture(Path(capture).expanduser(), h.host,
+                                      result.hosts[h.host].facts, h, __version__, date.today()))
+            for h in hosts if h.verdict != "not run"
+        }  # fmt: skip
+    code = checks.exit_code(int(result.exit_code), hosts)
+    return _finish(
+        "smoke",
+        opts,
+        result,
+        extra,
+        text=lambda: (view.print_smoke(hosts, opts.verbose), _print_unreachable(result)),
+        code=code,
+    )
+
+
 def _print_unreachable(result: RunResult) -> None:
     for host in result.hosts.values():
         if host.unreachable:

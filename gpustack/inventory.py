@@ -5,14 +5,19 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import socket
+import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpustack import paths
 from gpustack.errors import BadInput
 
 TARGET_GROUP = "gpu_nodes"
+LOCAL_FILE = "local-inventory.ini"
 _ENABLED_PLUGINS = ("ini", "yaml")
 _PARSE_HINT = "check the INI/YAML syntax; `ansible-inventory -i PATH --graph` shows Ansible's view"
 
@@ -137,3 +142,55 @@ def resolved_vars(inventory: Inventory, keep: Callable[[str], bool]) -> dict[str
         every = variables.get_vars(host=manager.get_host(name), include_hostvars=False)
         found[name] = {k: plain(v) for k, v in every.items() if keep(k)}
     return found
+
+
+def local_inventory_text(node_name: str, python: str) -> str:
+    """The inventory `--local` stands for: this machine over Ansible's local connection.
+
+    Modules run with gpustack's own interpreter (`ansible_playbook_python`, as for Ansible's
+    implicit localhost): interpreter discovery may pick a broken shim on a workstation."""
+    return (
+        "# Written by `gpustack --local`: this machine, Ansible's local connection, no SSH.\n"
+        "# k8s_node_name: the Kubernetes Node this machine is (verify, status --kubeconfig).\n"
+        f"[{TARGET_GROUP}]\n"
+        f"localhost ansible_connection=local ansible_python_interpreter={python} "
+        f"k8s_node_name={node_name}\n"
+    )
+
+
+def inventory_source(path: str | None, local: bool) -> str:
+    """The inventory a command acts on: the one given, or with --local a generated one."""
+    if local and path:
+        raise BadInput(
+            f"both an inventory ({path}) and --local were given",
+            "--local acts on this machine alone: drop the INVENTORY argument or --local",
+        )
+    if local:
+        return str(write_local_inventory())
+    if not path:
+        raise BadInput(
+            "Missing argument 'INVENTORY'.",
+            "pass an Ansible inventory, or --local to act on this machine without SSH",
+        )
+    return path
+
+
+def write_local_inventory(directory: Path | None = None) -> Path:
+    """Write (when it differs) the --local inventory under gpustack's state directory."""
+    directory = directory or paths.state_root()
+    target = directory / LOCAL_FILE
+    text = local_inventory_text(socket.gethostname().lower(), sys.executable)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        if not target.is_file() or target.read_text(encoding="utf-8") != text:
+            with tempfile.NamedTemporaryFile(
+                "w", dir=directory, prefix=".local-", delete=False, encoding="utf-8"
+            ) as handle:
+                handle.write(text)
+            os.replace(handle.name, target)
+    except OSError as exc:
+        raise BadInput(
+            f"cannot write the --local inventory in {directory}: {exc.strerror}",
+            "set GPUSTACK_STATE_DIR to a writable directory",
+        ) from None
+    return target
