@@ -1,6 +1,7 @@
 """The smoke suite's checks and verdicts (gpustack/smoke/checks.py), from facts shaped like the
-ones gpu_preflight, gpu_status and gpu_smoke publish. The nvidia-smi XML is a published real log
-(tests/fixtures/real-gpu/public/, not ours); everything else here is constructed test input."""
+ones gpu_preflight, gpu_status and gpu_smoke publish. The nvidia-smi XML is a hand-written sample
+(tests/fixtures/real-gpu/public/, not captured from a GPU); everything else here is constructed
+test input."""
 
 import copy
 
@@ -11,8 +12,15 @@ from gpustack.smoke import checks
 from tests.conftest import ROOT
 
 PUBLIC = ROOT / "tests/fixtures/real-gpu/public"
-A100_XML = (PUBLIC / "netdata-a100-sxm4-40gb-mig/nvidia-smi-q-x.xml").read_text()
-A100_UUID = "GPU-27b94a00-ed54-5c24-b1fd-1054085de32a"
+A100_XML = (PUBLIC / "handwritten-v11-a100-sxm4-40gb-mig/nvidia-smi-q-x.xml").read_text()
+A100_UUID = "GPU-1b6ebc9c-aea7-43c3-a9be-5a0657b7731b"
+# `nvidia-smi -L` lines for the sample's four MIG devices (constructed: the XML has no MIG UUIDs)
+A100_MIG_LIST = (
+    "  MIG 3g.20gb     Device  0: (UUID: MIG-ea307284-f162-4b46-bf74-41c0c3068dc4)\n"
+    "  MIG 2g.10gb     Device  1: (UUID: MIG-d38a6df1-cc2e-4b92-b69d-a25e5163f690)\n"
+    "  MIG 1g.5gb      Device  2: (UUID: MIG-65f958f3-4868-4ee3-8b8c-30cf7c7d2608)\n"
+    "  MIG 1g.5gb      Device  3: (UUID: MIG-7a816fdd-1a9b-4636-816f-7f92530142d3)\n"
+)
 H100X2_XML = (PUBLIC / "handwritten-v12-h100-pending-x2/nvidia-smi-q-x.xml").read_text()
 
 
@@ -64,12 +72,12 @@ def gpu_host() -> dict:
     )
     pf["gpus"] = {
         "count": 1,
-        "devices": [{"pci_address": "0000:00:04.0", "model": "GA100 [A100 SXM4 40GB]"}],
+        "devices": [{"pci_address": "0000:00:05.0", "model": "GA100 [A100 SXM4 40GB]"}],
     }
     pf["kernel_headers"]["installed"] = True
     pf["driver"] = {
-        "installed": {"package": "nvidia-driver-510-server", "version": "510.47.03-0ubuntu1"},
-        "loaded_version": "510.47.03",
+        "installed": {"package": "nvidia-driver-515-server", "version": "515.105.01-0ubuntu1"},
+        "loaded_version": "515.105.01",
     }
     pf["runtime"] = "containerd"
     status["toolkit"]["installed_version"] = "1.17.8-1"
@@ -81,7 +89,7 @@ def gpu_host() -> dict:
     }
     smoke["tools"] = {"nvidia-smi": "/usr/bin/nvidia-smi", "nvidia-ctk": "/usr/bin/nvidia-ctk"}
     smoke["nvidia_smi"] = cmd(["nvidia-smi", "-q", "-x"], stdout=A100_XML)
-    smoke["proc_driver_version"] = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  510.47.03\n"
+    smoke["proc_driver_version"] = "NVRM version: NVIDIA UNIX x86_64 Kernel Module  515.105.01\n"
     smoke["toolkit"] = {
         "nvidia-ctk": cmd(
             ["nvidia-ctk", "--version"],
@@ -96,7 +104,7 @@ def gpu_host() -> dict:
         ),
         "nvidia-container-cli info": cmd(
             ["nvidia-container-cli", "info"],
-            stdout=f"NVRM version:   510.47.03\n\nDevice Index:   0\nGPU UUID:       {A100_UUID}\n",
+            stdout=f"NVRM version:   515.105.01\n\nDevice Index:   0\nGPU UUID:       {A100_UUID}\n",
         ),
     }
     spec = (
@@ -125,7 +133,7 @@ def gpu_host() -> dict:
         "run": cmd(
             ["ctr", "run"],
             stdout=f"gpustack-smoke-ok\nGPU 0: NVIDIA A100-SXM4-40GB (UUID: {A100_UUID})\n"
-            "  MIG 3g.20gb Device 0: (UUID: MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f)\n",
+            + A100_MIG_LIST,
         ),
     }
     return facts  # fmt: skip
@@ -195,9 +203,11 @@ def test_gpu_host_where_everything_works_passes():
         "driver_package",
     ):
         assert got[name] == "pass", name
-    assert got["persistence"] == "warn"  # the published A100 log has persistence mode off
+    assert got["persistence"] == "warn"  # the hand-written A100 sample has persistence mode off
     assert "warnings: persistence" in report.summary
-    assert report.check("mig").summary == "enabled - GPU 0: 2 MIG device(s)"
+    assert report.check("mig").summary == "enabled - GPU 0: 4 MIG device(s)"
+    assert (report.check("ecc").status, report.check("ecc").summary) == ("info", "enabled")
+    assert report.check("nvidia_smi").summary == "1 GPU(s), driver 515.105.01, CUDA 11.7"
     assert report.check("cdi").detail["devices_from"] == "nvidia-ctk cdi list"
     assert report.gpus[0]["uuid"] == A100_UUID and report.gpus[0]["memory_total_mib"] == 40960
     assert checks.exit_code(0, [report]) == ExitCode.OK
@@ -349,21 +359,21 @@ def nvswitch_host(unit: str, packages: dict) -> dict:
         ("LoadState=not-found\nActiveState=inactive\n", {}, "fail", "not installed"),
         (
             "LoadState=loaded\nActiveState=failed\nSubState=failed\n",
-            {"nvidia-fabricmanager-510": "510.47.03-1"},
+            {"nvidia-fabricmanager-515": "515.105.01-1"},
             "fail",
             "failed/failed",
         ),
         (
             "LoadState=loaded\nActiveState=active\nSubState=running\n",
-            {"nvidia-fabricmanager-510": "510.39.01-1"},
+            {"nvidia-fabricmanager-515": "515.65.01-1"},
             "fail",
-            "Fabric Manager 510.39.01 but driver 510.47.03",
+            "Fabric Manager 515.65.01 but driver 515.105.01",
         ),
         (
             "LoadState=loaded\nActiveState=active\nSubState=running\n",
-            {"nvidia-fabricmanager-510": "510.47.03-1"},
+            {"nvidia-fabricmanager-515": "515.105.01-1"},
             "pass",
-            "nvidia-fabricmanager 510.47.03 active",
+            "nvidia-fabricmanager 515.105.01 active",
         ),
     ],
 )

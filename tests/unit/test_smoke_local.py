@@ -9,7 +9,7 @@ from gpustack import inventory
 from tests.conftest import ROOT, run_cli, runs_started
 from tests.unit.test_smoke_fixtures import validate_capture
 
-A100 = ROOT / "tests/fixtures/real-gpu/public/netdata-a100-sxm4-40gb-mig/nvidia-smi-q-x.xml"
+A100 = ROOT / "tests/fixtures/real-gpu/public/handwritten-v11-a100-sxm4-40gb-mig/nvidia-smi-q-x.xml"
 
 
 def test_local_inventory_is_written_once_and_read_by_ansible(tmp_path):
@@ -72,7 +72,7 @@ def test_smoke_local_reports_no_nvidia_device(tmp_path, state_dir):
 
 
 def test_smoke_runs_the_nvidia_smi_it_finds_and_parses_it_on_the_controller(tmp_path, state_dir):
-    """A TEST DOUBLE named nvidia-smi prints a published real log (netdata's A100, not ours):
+    """A TEST DOUBLE named nvidia-smi prints a hand-written A100 sample (not captured from a GPU):
     proves the module runs the tool on PATH and the controller parses and masks its output;
     nothing about NVIDIA. This machine has no NVIDIA PCI device, so the verdict stays
     "no NVIDIA device" and the mismatch is a failed check, not a pass."""
@@ -93,13 +93,14 @@ def test_smoke_runs_the_nvidia_smi_it_finds_and_parses_it_on_the_controller(tmp_
     smoke = doc["smoke"]["localhost"]
     smi = next(c for c in smoke["checks"] if c["name"] == "nvidia_smi")
     assert smi["status"] == "fail" and "no NVIDIA device is on PCI" in smi["summary"]
-    assert smi["detail"]["driver_version"] == "510.47.03"
-    assert smoke["gpus"][0]["uuid"] == "GPU-27b94a00-ed54-5c24-b1fd-1054085de32a"
+    assert smi["detail"]["driver_version"] == "515.105.01"
+    assert smoke["gpus"][0]["uuid"] == "GPU-1b6ebc9c-aea7-43c3-a9be-5a0657b7731b"
+    assert [d["gpu_instance_id"] for d in smoke["gpus"][0]["mig_devices"]] == [2, 3, 9, 10]
     assert smoke["verdict"] == "no NVIDIA device"
     (captured,) = (tmp_path / "cap").iterdir()
     assert captured.name.endswith("-a100-sxm4-40gb")
     xml = (captured / "nvidia-smi-q-x.xml").read_text()
-    assert "<serial>SERIAL-MASKED-1</serial>" in xml and "1324321002473" not in xml
+    assert "<serial>SERIAL-MASKED-1</serial>" in xml and "1561022017539" not in xml
     validate_capture(captured)
 
 

@@ -1,8 +1,8 @@
-"""nvidia-smi output parsers (gpustack/smoke/parse.py) on published and hand-written samples.
+"""nvidia-smi output parsers (gpustack/smoke/parse.py) on hand-written samples.
 
-tests/fixtures/real-gpu/public/*/ hold `nvidia-smi -q -x` logs published by other projects
-(SOURCE.md names repository, path and blob) and two hand-written ones that say so; each
-expected.json was written by hand from the XML, not from the parser.
+tests/fixtures/real-gpu/public/*/ hold hand-written `nvidia-smi -q -x` logs in the structure
+nvidia-smi prints (v8, v11 and v12 DTDs), none captured from a GPU: each SOURCE.md says so, and
+each expected.json was written by hand from the XML, not from the parser.
 """
 
 import json
@@ -37,21 +37,58 @@ def test_public_samples_include_mig_and_non_mig_and_label_their_source():
     logs = {p.name: parse.parse_xml((p / "nvidia-smi-q-x.xml").read_text()) for p in PUBLIC}
     assert any(g.mig_enabled for log in logs.values() for g in log.gpus)
     assert any(g.mig_current == "N/A" for log in logs.values() for g in log.gpus)
+    assert {log.dtd for log in logs.values()} >= {
+        "nvsmi_device_v8.dtd",
+        "nvsmi_device_v11.dtd",
+        "nvsmi_device_v12.dtd",
+    }
     for sample in PUBLIC:
         source = (sample / "SOURCE.md").read_text()
-        assert "NOT captured by gpustack" in source or "HAND-WRITTEN" in source, sample.name
+        if "HAND-WRITTEN" in source:
+            assert "not captured from a GPU" in source, sample.name
+        else:
+            assert "NOT captured by gpustack" in source, sample.name
+
+
+def _sample(name: str) -> parse.SmiLog:
+    path = ROOT / "tests/fixtures/real-gpu/public" / name / "nvidia-smi-q-x.xml"
+    return parse.parse_xml(path.read_text())
 
 
 def test_mig_sample_details():
-    log = parse.parse_xml(
-        (
-            ROOT / "tests/fixtures/real-gpu/public/netdata-a100-sxm4-40gb-mig/nvidia-smi-q-x.xml"
-        ).read_text()
-    )
+    log = _sample("handwritten-v11-a100-sxm4-40gb-mig")
     (gpu,) = log.gpus
     assert gpu.mig_enabled and not gpu.mig_change_pending
-    assert [d.gpu_instance_id for d in gpu.mig_devices] == [1, 2]
-    assert log.uuids == ["GPU-27b94a00-ed54-5c24-b1fd-1054085de32a"]
+    assert [d.index for d in gpu.mig_devices] == [0, 1, 2, 3]
+    assert [d.gpu_instance_id for d in gpu.mig_devices] == [2, 3, 9, 10]
+    assert [d.compute_instance_id for d in gpu.mig_devices] == [0, 0, 0, 0]
+    assert [d.memory_total_mib for d in gpu.mig_devices] == [19968, 9856, 4864, 4864]
+    assert log.uuids == ["GPU-1b6ebc9c-aea7-43c3-a9be-5a0657b7731b"]
+    assert gpu.persistence_mode == "Disabled" and gpu.ecc_current == gpu.ecc_pending == "Enabled"
+    assert (log.driver_version, log.cuda_version) == ("515.105.01", "11.7")
+
+
+def test_non_mig_consumer_sample_on_driver_535():
+    log = _sample("handwritten-v12-rtx-3090-driver-535")
+    (gpu,) = log.gpus
+    assert log.dtd == "nvsmi_device_v12.dtd"
+    assert (log.driver_version, log.cuda_version) == ("535.183.01", "12.2")
+    assert gpu.mig_current == gpu.mig_pending == "N/A" and gpu.mig_devices == ()
+    assert not gpu.mig_enabled and not gpu.mig_change_pending
+    assert gpu.ecc_current == "N/A" and not gpu.ecc_change_pending
+    assert gpu.persistence_mode == "Enabled" and gpu.serial == "N/A"
+    assert log.uuids == ["GPU-61099a06-0166-4f9b-bdcd-08d2abe42258"]
+
+
+def test_ecc_and_persistence_sample_without_architecture():
+    log = _sample("handwritten-v11-tesla-p100-pcie-16gb-ecc")
+    (gpu,) = log.gpus
+    assert (log.driver_version, log.cuda_version) == ("470.256.02", "11.4")
+    assert gpu.ecc_current == gpu.ecc_pending == "Enabled" and not gpu.ecc_change_pending
+    assert gpu.persistence_mode == "Enabled"
+    assert gpu.architecture is None  # driver 470 prints no <product_architecture>
+    assert gpu.mig_current == "N/A" and gpu.mig_devices == ()
+    assert log.uuids == ["GPU-8ed17429-48ce-449c-87e9-df1076e1911c"]
 
 
 def test_pending_changes_are_seen():
