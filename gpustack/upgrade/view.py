@@ -189,6 +189,11 @@ def print_plan(doc: dict[str, Any]) -> None:
         f"{lim['max_unavailable']}, max-parallel {lim['max_parallel']}"
         + (f", canary {lim['canary']}" if lim["canary"] else "")
     )
+    if doc.get("measured_nodes"):
+        output.stdout.print(
+            f"  order: longest first, as measured in the last upgrade "
+            f"({doc['measured_nodes']} of {len(doc['nodes'])} node(s) measured; the others first)"
+        )
     for index, batch in enumerate(doc["plan"], 1):
         output.stdout.print(f"  batch {index}: {escape(', '.join(batch))}")
     untouched = [n for n, r in doc["nodes"].items() if r["state"] == UpgradeState.DONE]
