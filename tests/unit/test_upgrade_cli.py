@@ -136,6 +136,11 @@ def test_the_next_upgrade_starts_the_nodes_that_took_longest(inv, state_dir, cap
     assert upgrader.calls[:2] == ["gpu4", "gpu2"]
     durations = FileStateStore(state_path_for(inv)).load().durations
     assert durations["gpu4"] >= 0.4 and max(durations, key=durations.get) == "gpu4"
+    # A host new to the inventory has no figure yet: it goes first (it might be slow).
+    inv.write_text(inv.read_text() + "gpu6 ansible_host=10.0.0.6\n")
+    proc = upgrade(inv, "--driver-version", NEW, "--dry-run", "--max-unavailable", "1")
+    assert "(5 of 6 node(s) measured; the others go first)" in proc.stdout, proc.stdout
+    assert "batch 1: gpu6\n  batch 2: gpu4\n" in proc.stdout
 
 
 def test_canary_without_yes_pauses_and_exits_0(inv, state_dir, capsys):
