@@ -243,13 +243,16 @@ def _dry_run(opts, run, targets, backend, policy, state_file) -> int:
                 run.nodes[name].state,
                 bool(cond and cond.unavailable),
                 bool(cond and cond.skip),
+                run.durations.get(name),
             )
         )
     skipped = {n for n, c in conditions.items() if c.skip}
     canary = 0 if run.canary_done else policy.canary
     plan = plan_batches(views, policy.limits, canary=canary, retry_failed=policy.retry_failed)
     doc = _document(opts, run, targets, skipped, state_file, policy.limits)
-    doc.update({"dry_run": True, "plan": plan, "status": "planned", "exit_code": 0})
+    measured = sum(1 for v in views if v.expected is not None)
+    doc.update({"dry_run": True, "plan": plan, "status": "planned", "exit_code": 0,
+                "measured_nodes": measured})  # fmt: skip
     output.write_report(opts.report, doc)
     if opts.output == "json":
         output.print_json(doc)
