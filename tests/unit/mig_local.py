@@ -7,6 +7,7 @@ import importlib.util
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -127,6 +128,12 @@ class FixtureNode:
 
     def use_gpu(self, gpu: int, mig: int | None = None) -> subprocess.Popen:
         proc = subprocess.Popen(["sleep", "60"])
+        # The fixture names users from /proc/PID/comm: wait until the child shows as `sleep`
+        # (under load the parent's name was read once, before the exec was visible).
+        comm = Path(f"/proc/{proc.pid}/comm")
+        deadline = time.monotonic() + 10
+        while comm.read_text().strip() != "sleep" and time.monotonic() < deadline:
+            time.sleep(0.01)
         procs = self.root / "run/gpustack-fixture/nvidia-smi/processes.json"
         procs.parent.mkdir(parents=True, exist_ok=True)
         entry = {"gpu": gpu, "pid": proc.pid, **({"mig": mig} if mig is not None else {})}
