@@ -182,6 +182,17 @@ def node_status(
             binary = inputs.get("container_runtime_nvidia_binary") or ""
             drift.append(f"runtime binary {binary} missing")
 
+    loaded = facts.get("gpustack_runtime_loaded") or {}
+    if kind == "containerd" and loaded:
+        row.runtime["restart_needed"] = bool(
+            loaded.get("restart_pending") or loaded.get("differences")
+        )
+        row.runtime["loaded"] = loaded
+        if loaded.get("restart_pending"):
+            drift.append("containerd: restart pending (gpustack wrote its files, no restart since)")
+        for difference in loaded.get("differences") or []:
+            drift.append(f"containerd runs another configuration than its files: {difference}")
+
     if st.get("reboot_required_file"):
         row.reboot_required = True
 
