@@ -144,6 +144,10 @@ def node_status(
             drift.append(f"driver installed {installed}, pinned {want.pinned}")
         if not held:
             drift.append(f"driver package {installed_pkg} not held")
+        row.driver["companions"] = companions(installed, st_driver)
+        for name, entry in row.driver["companions"].items():
+            if not entry["ok"]:
+                drift.append(f"companion {name} {entry['installed']}: {entry['problem']}")
         if row.gpu_count and not loaded:
             drift.append(f"driver {installed} not loaded")
         elif loaded and loaded != upstream(installed):
@@ -200,6 +204,37 @@ def node_status(
     if k8s_expected:
         drift.extend(kubernetes_drift(row.gpu_count, kubernetes))
     return row
+
+
+# Packages of the driver's release that come from other source packages (Debian, Ubuntu,
+# NVIDIA's repositories); install pins and holds those installed (roles/nvidia_driver vars).
+COMPANIONS = ("nvidia-persistenced", "nvidia-modprobe", "nvidia-settings", "nvidia-xconfig")
+
+
+def companions(driver_installed: str, st_driver: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per installed companion package: its version, its pin, and whether it matches the driver
+    (pinned by gpustack to the version released with the driver, held, on the driver's branch)."""
+    packages = st_driver.get("packages") or {}
+    pinned = st_driver.get("pins") or {}
+    held = set(st_driver.get("held") or [])
+    branch = upstream(driver_installed).split(".")[0]
+    found: dict[str, dict[str, Any]] = {}
+    for name in COMPANIONS:
+        version = packages.get(name)
+        if not version:
+            continue
+        pin = pinned.get(name)
+        problem = ""
+        if upstream(version).split(".")[0] != branch:
+            problem = f"not of the driver's branch {branch}"
+        elif not pin:
+            problem = f"not pinned with driver {driver_installed}"
+        elif _bare(pin) != _bare(version):
+            problem = f"pinned {pin} (released with the driver)"
+        elif name not in held:
+            problem = "not held"
+        found[name] = {"installed": version, "pinned": pin, "ok": not problem, "problem": problem}
+    return found
 
 
 def kubernetes_drift(gpu_count: int, k8s: dict[str, Any] | None) -> list[str]:
