@@ -412,7 +412,9 @@ def main(argv: list[str] | None = None) -> int:
         terminated = _TERM["seen"]
         signal.signal(signal.SIGTERM, previous)
     code = 0 if code is None else int(code)
-    if terminated and code == ExitCode.CANCELED:
+    if terminated and code in (ExitCode.CANCELED, ExitCode.TERMINATED):
+        if code == ExitCode.CANCELED:  # stopped inside a command: say why, as Ctrl-C's report does
+            output.stderr.print("Terminated (SIGTERM).")
         code = int(ExitCode.TERMINATED)
     if argv is None:
         sys.exit(code)

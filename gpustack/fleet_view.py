@@ -78,19 +78,26 @@ def _wide_cells(row: NodeStatus, kubernetes: bool) -> list[str]:
     return [*cells, escape(_k(row.upgrade_state)), _drift(row, wide=True)]
 
 
-def _short_cells(row: NodeStatus, kubernetes: bool) -> list[str]:
-    cells = [
-        escape(row.host),
-        escape(_k(row.driver.get("installed"))),
-        escape(_loaded_short(row)),
-        escape(_k(row.toolkit.get("installed"))),
-        _runtime(row),
-        "[yellow]yes[/]" if row.reboot_required else "no",
-    ]
+def _short_cells(row: NodeStatus, kubernetes: bool, upgrade: bool) -> list[str]:
+    loaded = escape(_loaded_short(row))
+    if row.reboot_required:
+        loaded += " [yellow](reboot)[/]"
+    kind = row.runtime.get("kind") or "none"
+    runtime = escape(kind)
+    if row.runtime.get("kind") and not row.runtime.get("wired"):
+        runtime += " [red]not wired[/]"
+    elif row.runtime.get("restart_needed"):
+        runtime += " [red]restart[/]"
+    cells = [escape(row.host), escape(_k(row.driver.get("installed"))), loaded,
+             escape(_k(row.toolkit.get("installed"))), runtime]  # fmt: skip
     if kubernetes:
-        k8s = row.kubernetes or {}
-        cells.append(escape(_k(k8s.get("allocatable_gpus"))))
-    return [*cells, escape(_k(row.upgrade_state)), _drift(row, wide=False)]
+        cells.append(escape(_k((row.kubernetes or {}).get("allocatable_gpus"))))
+    if upgrade:
+        cells.append(escape(_k(row.upgrade_state)))
+    return [*cells, _drift(row, wide=False)]
+
+
+MIN_DRIFT = 20  # the drift column keeps at least this much; -o wide has all of it
 
 
 def status_table(rows: list[NodeStatus], kubernetes: bool, wide: bool = False) -> Table:
@@ -108,24 +115,37 @@ def status_table(rows: list[NodeStatus], kubernetes: bool, wide: bool = False) -
         for cells in body:
             table.add_row(*cells)
         return table
-    columns = ["host", "driver", "loaded", "toolkit", "runtime", "reboot"]
-    columns += ["gpus alloc"] if kubernetes else []
-    columns += ["upgrade", "drift"]
+    upgrade = any(r.upgrade_state for r in rows)
+    columns = ["host", "driver", "loaded", "toolkit", "runtime"]
+    columns += ["gpus"] if kubernetes else []
+    columns += ["upgrade"] if upgrade else []
+    columns += ["drift"]
     body = [
-        _short_cells(r, kubernetes) if r.reachable else _unreachable(r, len(columns)) for r in rows
+        _short_cells(r, kubernetes, upgrade) if r.reachable else _unreachable(r, len(columns))
+        for r in rows
     ]
-    caps = {"host": 24, "driver": 22, "loaded": 16, "toolkit": 26, "runtime": 26, "upgrade": 18}
-    widths = []
-    for i, col in enumerate(columns[:-1]):
-        natural = max([len(col)] + [Text.from_markup(cells[i]).cell_len for cells in body])
-        widths.append(min(natural, caps.get(col, natural)))
-    drift_width = max(12, DEFAULT_WIDTH - sum(widths) - 2 * (len(columns) - 1))
-    table = Table(box=None, pad_edge=False)
+    widths = [
+        min(24, max([len(col)] + [Text.from_markup(cells[i]).cell_len for cells in body]))
+        for i, col in enumerate(columns[:-1])
+    ]
+    padding = 2 * (len(columns) - 1)
+    while sum(widths) + padding + MIN_DRIFT > DEFAULT_WIDTH and max(widths) > 8:
+        widths[widths.index(max(widths))] -= 1  # the widest gives way first
+    drift_width = DEFAULT_WIDTH - sum(widths) - padding
+    table = Table(box=None, pad_edge=False, collapse_padding=False)
     for col, width in zip(columns, [*widths, drift_width], strict=True):
-        table.add_column(col, overflow="ellipsis", no_wrap=True, max_width=width)
+        table.add_column(col, width=width, overflow="ellipsis", no_wrap=True)
     for cells in body:
-        table.add_row(*cells)
+        table.add_row(
+            *(_fit(cell, width) for cell, width in zip(cells, [*widths, drift_width], strict=True))
+        )
     return table
+
+
+def _fit(cell: str, width: int) -> Text:
+    text = Text.from_markup(cell)
+    text.truncate(width, overflow="ellipsis")
+    return text
 
 
 def _unreachable(row: NodeStatus, count: int) -> list[str]:

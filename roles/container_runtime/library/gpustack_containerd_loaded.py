@@ -142,10 +142,11 @@ def grpc_unary(path, method, message, timeout=10):
             kind, flags = head[3], head[4]
             stream = struct.unpack(">I", bytes(head[5:9]))[0] & 0x7FFFFFFF
             payload = read(length)
-            if kind == 4 and not flags & 1:
-                sock.sendall(_frame(4, 1, 0))  # SETTINGS ack
-            elif kind == 6 and not flags & 1:
-                sock.sendall(_frame(6, 1, 0, payload))  # PING ack
+            if kind in (4, 6) and not flags & 1:  # SETTINGS and PING want an ack
+                try:
+                    sock.sendall(_frame(kind, 1, 0, payload if kind == 6 else b""))
+                except (IOError, OSError):
+                    pass  # the reply may already be complete; reading decides
             elif kind == 7 or (kind == 3 and stream == 1):
                 raise IOError("containerd ended the call (GOAWAY/RST_STREAM)")
             elif kind == 0 and stream == 1:
