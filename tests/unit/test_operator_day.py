@@ -87,9 +87,8 @@ def test_a_killed_run_releases_its_lock_and_wait_takes_it_over(inventory, state_
 
     first = _holder(inventory, state_dir)
     inv = load_inventory(inventory)
-    with pytest.raises(locks.HostsLocked):
-        with locks.hold(inv, "second"):
-            pass
+    with pytest.raises(locks.HostsLocked), locks.hold(inv, "second"):
+        pass
     first.send_signal(signal.SIGKILL)  # no clean-up code runs: the kernel drops the flock
     first.wait()
     with locks.hold(inv, "second") as held:
@@ -123,9 +122,9 @@ def test_disjoint_hosts_do_not_block_and_locks_key_on_the_address(inventory, sta
         with locks.hold(load_inventory(inventory, "n2,n3"), "other hosts"):
             pass
         same_machine = Inventory(inventory, "gpu_nodes", ["alias"], {"alias": {"ansible_host": "10.0.0.1"}})  # fmt: skip
-        with pytest.raises(locks.HostsLocked, match="changing n1"):
-            with locks.hold(same_machine, "another inventory, same machine"):
-                pass
+        refused = pytest.raises(locks.HostsLocked, match="changing n1")
+        with refused, locks.hold(same_machine, "another inventory, same machine"):
+            pass
     finally:
         first.kill()
         first.wait()
