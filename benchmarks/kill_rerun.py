@@ -220,7 +220,7 @@ def trial(lab: Lab, command: str, point: str, layer: str, delay: float, args) ->
     if command == "install":
         argv = lab.install_args()
         again_argv = lab.install_args()
-        status_extra = ["-e", f"@{lab.varsfile}", *lab.extra]
+        status_extra = ["-e", f"@{lab.varsfile}"]
     elif command == "uninstall":
         argv = ["uninstall", str(lab.inventory), "--components", "driver,toolkit,runtime", "--yes"]
         again_argv = argv

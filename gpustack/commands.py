@@ -255,7 +255,12 @@ def status(opts: HostOptions) -> int:
         session = cluster_status.prepare(kubeconfig, inventory, extravars)
     result, *_ = _run(opts, "status.yml", "gpustack status", validated=validated)
     k8s = cluster_status.read_nodes(session) if session else None
-    rows = fleet.status_rows(result.hosts, k8s, fleet.upgrade_states(inventory.path))
+    rows = fleet.status_rows(
+        result.hosts,
+        k8s,
+        fleet.upgrade_states(inventory.path),
+        None if k8s else fleet.upgrade_target(inventory.path),
+    )
     extra = {
         "nodes": {row.host: row.to_dict() for row in rows},
         "drift": {row.host: row.drift for row in rows if row.drift},

@@ -253,6 +253,7 @@ def status_rows(
     hosts: dict[str, Any],
     kubernetes: dict[str, dict[str, Any]] | None = None,
     upgrade_states: dict[str, str] | None = None,
+    upgrade_target: Any = None,
 ) -> list[NodeStatus]:
     """Rows for every host of a run (`hosts`: name -> HostResult-like with `.facts`)."""
     rows = []
@@ -262,11 +263,28 @@ def status_rows(
         if k8s and k8s.get("upgrade_state"):
             state = k8s["upgrade_state"]
         row = node_status(name, host.facts, k8s, state, k8s_expected=kubernetes is not None)
+        installed = row.driver.get("installed")
+        moved = upgrade_target is not None and installed and not upgrade_target.matches(installed)
+        if state == "upgrade-done" and moved:  # e.g. another run changed it since
+            row.drift.append(
+                f"upgrade to {upgrade_target.describe()} recorded done, driver installed {installed}"
+            )
         if getattr(host, "unreachable", False):
             row.reachable = False
             row.error = host.unreachable_message or "unreachable"
         rows.append(row)
     return rows
+
+
+def upgrade_target(inventory: Path):
+    """The target (gpustack.upgrade.state.Target) of this inventory's recorded host-only upgrade."""
+    from gpustack.upgrade.state import FileStateStore, state_path_for
+
+    try:
+        run = FileStateStore(state_path_for(inventory)).load()
+    except BadInput:
+        return None
+    return run.target if run else None
 
 
 def upgrade_states(inventory: Path) -> dict[str, str]:

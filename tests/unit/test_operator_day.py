@@ -434,3 +434,17 @@ def test_grpc_client_reads_the_cri_status_reply(tmp_path):
     thread.join(5)
     assert got["request"].startswith(b"PRI * HTTP/2.0")
     assert got["request"].endswith(b"\x00\x00\x00\x00\x02\x08\x01")  # gRPC frame: verbose=true
+
+
+def test_status_shows_a_node_moved_after_its_upgrade_was_recorded_done():
+    from gpustack.upgrade.state import Target
+
+    hosts = {"a": SimpleNamespace(facts=facts(installed="535.261.03-1", pinned="535.261.03-1"),
+                                  unreachable=False, unreachable_message="")}  # fmt: skip
+    target = Target(version="535.309.01-0+deb12u1")
+    (row,) = fleet.status_rows(hosts, None, {"a": "upgrade-done"}, target)
+    assert row.drift == [
+        "upgrade to 535.309.01-0+deb12u1 recorded done, driver installed 535.261.03-1"
+    ]
+    (row,) = fleet.status_rows(hosts, None, {"a": "upgrade-done"}, Target(branch="535"))
+    assert row.drift == []
