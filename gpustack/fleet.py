@@ -267,7 +267,8 @@ def status_rows(
         moved = upgrade_target is not None and installed and not upgrade_target.matches(installed)
         if state == "upgrade-done" and moved:  # e.g. another run changed it since
             row.drift.append(
-                f"upgrade to {upgrade_target.describe()} recorded done, driver installed {installed}"
+                f"upgrade to {upgrade_target.describe()} recorded done, "
+                f"driver installed {installed}"
             )
         if getattr(host, "unreachable", False):
             row.reachable = False
