@@ -26,7 +26,8 @@ pytestmark = pytest.mark.lab
 
 LAB = f"kr{os.getpid()}"
 NODES = [f"{LAB}-node1", f"{LAB}-node2"]
-SKIP = ("--skip-tags", "nvidia_driver")
+SKIP = ("--skip-tags", "nvidia_driver")  # toolkit and runtime
+RUNTIME = ("--skip-tags", "nvidia_driver,nvidia_container_toolkit")  # the runtime layer alone
 
 
 @pytest.fixture(scope="module")
@@ -38,13 +39,15 @@ def lab(tmp_path_factory):
     varsfile = lab_fixtures.prepare(
         [f"gpustack-{n}" for n in NODES], inventory.with_suffix(".vars.json")
     )
+    proc = run_cli("install", str(inventory), *SKIP, "-e", f"@{varsfile}", timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
     yield inventory, varsfile
     run_cli("lab", "down", "--name", LAB)
 
 
-def install(inventory, varsfile, *args, state=None, timeout=900):
+def install(inventory, varsfile, *args, state=None, timeout=900, skip=RUNTIME):
     env = {"GPUSTACK_STATE_DIR": str(state)} if state else None
-    proc = run_cli("install", str(inventory), *SKIP, "-e", f"@{varsfile}", *args, "--output", "json",
+    proc = run_cli("install", str(inventory), *skip, "-e", f"@{varsfile}", *args, "--output", "json",
                    env=env, timeout=timeout)  # fmt: skip
     try:
         return proc.returncode, json.loads(proc.stdout), proc.stderr
@@ -52,10 +55,10 @@ def install(inventory, varsfile, *args, state=None, timeout=900):
         return proc.returncode, {}, proc.stdout + proc.stderr
 
 
-def start(inventory, varsfile, state, *args) -> subprocess.Popen:
+def start(inventory, varsfile, state, *args, skip=RUNTIME) -> subprocess.Popen:
     env = {**os.environ, "GPUSTACK_STATE_DIR": str(state)}
     return subprocess.Popen(
-        [sys.executable, "-m", "gpustack", "install", str(inventory), *SKIP, "-e", f"@{varsfile}",
+        [sys.executable, "-m", "gpustack", "install", str(inventory), *skip, "-e", f"@{varsfile}",
          *args, "--output", "json"],
         env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -63,9 +66,7 @@ def start(inventory, varsfile, state, *args) -> subprocess.Popen:
 
 def test_lost_restart_shows_as_drift_and_the_rerun_repairs_it(lab, tmp_path):
     inventory, varsfile = lab
-    rc, _, err = install(inventory, varsfile)
-    assert rc == 0, err
-    harness = kill_rerun.Lab(inventory, varsfile, tmp_path, list(SKIP))
+    harness = kill_rerun.Lab(inventory, varsfile, tmp_path, list(RUNTIME))
     args = type("A", (), {"upgrade_from": "", "upgrade_to": ""})()
     point = "Check the new effective configuration"  # files written, restart not yet
     trial = kill_rerun.trial(harness, "install", point, "runtime", 0.0, args)
@@ -80,7 +81,7 @@ def test_lost_restart_shows_as_drift_and_the_rerun_repairs_it(lab, tmp_path):
 
 def test_sigterm_stops_the_run_reports_and_leaves_no_child(lab, tmp_path):
     inventory, varsfile = lab
-    proc = start(inventory, varsfile, tmp_path, "--full")
+    proc = start(inventory, varsfile, tmp_path)
     assert kill_rerun.wait_for_task(tmp_path, "Read the containerd version", proc, timeout=300)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
@@ -94,7 +95,7 @@ def test_sigterm_stops_the_run_reports_and_leaves_no_child(lab, tmp_path):
 
 def test_a_second_install_refuses_or_waits_naming_the_first(lab, tmp_path):
     inventory, varsfile = lab
-    first = start(inventory, varsfile, tmp_path, "--full")
+    first = start(inventory, varsfile, tmp_path)
     try:
         locks = (
             list((tmp_path / "locks").glob("*.lock.json")) if (tmp_path / "locks").exists() else []
@@ -134,7 +135,7 @@ def test_hostile_start_states_get_clear_results_and_spare_the_other_host(lab, tm
     broken = 'version = 2\n[plugins."io.containerd.grpc.v1.cri"\n  x = 1\n'
     ssh(inventory, bad, "cp /etc/containerd/config.toml /root/config.toml.keep; "
                         f"printf '%s' '{broken}' > /etc/containerd/config.toml")  # fmt: skip
-    rc, doc, err = install(inventory, varsfile, "--full")
+    rc, doc, err = install(inventory, varsfile, skip=SKIP)
     assert rc == 1, err
     assert doc["hosts"][good]["status"] in ("ok", "changed")
     recovery = doc["hosts"][good]["facts"]["gpustack_dpkg_recovery"]
@@ -150,7 +151,7 @@ def test_hostile_start_states_get_clear_results_and_spare_the_other_host(lab, tm
         "import fcntl,time; f=open('/var/lib/dpkg/lock-frontend','w'); fcntl.lockf(f, fcntl.LOCK_EX); time.sleep(90)"])  # fmt: skip
     try:
         time.sleep(2)
-        rc, doc, err = install(inventory, varsfile, "--full", "-e", "dpkg_ready_lock_timeout=6")
+        rc, doc, err = install(inventory, varsfile, "-e", "dpkg_ready_lock_timeout=6", skip=SKIP)
     finally:
         holder.kill()
         holder.wait()
@@ -165,7 +166,7 @@ def test_hostile_start_states_get_clear_results_and_spare_the_other_host(lab, tm
     assert "still held after 6 s" in message and "python3" in message and "pid" in message
 
     # `bad` disappears mid-run: `good` is done, `bad` reported unreachable; back, it converges
-    proc = start(inventory, varsfile, tmp_path, "--full")
+    proc = start(inventory, varsfile, tmp_path, skip=SKIP)
     assert kill_rerun.wait_for_task(
         tmp_path, "Install the toolkit packages at exactly that version", proc, 300
     )
@@ -181,7 +182,7 @@ def test_hostile_start_states_get_clear_results_and_spare_the_other_host(lab, tm
     while ssh(inventory, bad, "systemctl is-active containerd").stdout.strip() != "active":
         assert time.monotonic() < deadline
         time.sleep(2)
-    rc, doc, err = install(inventory, varsfile, "--full")
+    rc, doc, err = install(inventory, varsfile, skip=SKIP)
     assert rc == 0, err
     assert {h: v["status"] for h, v in doc["hosts"].items()} == {
         good: "ok",
