@@ -281,7 +281,7 @@ def plan(args) -> list[tuple[str, str, float]]:
     out = []
     for i in range(args.count):
         if args.random_every and (i + 1) % args.random_every == 0:
-            out.append((f"random kill at {args.random_max:.0f}s max", "driver", 0.0))
+            out.append((f"random kill at {args.random_max:.0f}s max", args.random_layer, 0.0))
             continue
         name, layer = chosen[i % len(chosen)]
         out.append((name, layer, round(rng.uniform(0, args.max_delay), 2)))
@@ -301,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", help="only kill points containing this text")
     parser.add_argument("--random-every", type=int, default=0, help="every Nth kill at random")
     parser.add_argument("--random-max", type=float, default=150.0)
+    parser.add_argument("--random-layer", choices=sorted(LAYERS), default="driver")
     parser.add_argument(
         "--max-delay", type=float, default=1.5, help="random delay after a task starts"
     )

@@ -24,7 +24,7 @@ from tests.lab.test_lab import ssh
 
 pytestmark = pytest.mark.lab
 
-LAB = f"kr{os.getpid()}"
+LAB = os.environ.get("GPUSTACK_TEST_LAB_PREFIX", "") + f"kr{os.getpid()}"  # unique per run
 NODES = [f"{LAB}-node1", f"{LAB}-node2"]
 SKIP = ("--skip-tags", "nvidia_driver")  # toolkit and runtime
 RUNTIME = ("--skip-tags", "nvidia_driver,nvidia_container_toolkit")  # the runtime layer alone
@@ -123,7 +123,7 @@ def test_hostile_start_states_get_clear_results_and_spare_the_other_host(lab, tm
     inventory, varsfile = lab
     good, bad = NODES
     # interrupted dpkg on `good` (a package unpacked, never configured): recovered and said
-    deb = "/srv/gpustack-fixture-repo/stable/deb/amd64/libnvidia-container1_1.17.8-1~gpustackfixture_amd64.deb"
+    deb = "/srv/gpustack-fixture-repo/stable/deb/amd64/libnvidia-container1_1.18.0-1~gpustackfixture_amd64.deb"
     assert (
         ssh(
             inventory, good, f"apt-mark unhold libnvidia-container1; dpkg --unpack {deb}"
