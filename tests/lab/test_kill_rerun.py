@@ -66,7 +66,7 @@ def start(inventory, varsfile, state, *args, skip=RUNTIME) -> subprocess.Popen:
 
 def test_lost_restart_shows_as_drift_and_the_rerun_repairs_it(lab, tmp_path):
     inventory, varsfile = lab
-    harness = kill_rerun.Lab(inventory, varsfile, tmp_path, list(RUNTIME))
+    harness = kill_rerun.Lab(inventory, varsfile, tmp_path, list(RUNTIME), ("toolkit", "runtime"))
     args = type("A", (), {"upgrade_from": "", "upgrade_to": ""})()
     point = "Check the new effective configuration"  # files written, restart not yet
     trial = kill_rerun.trial(harness, "install", point, "runtime", 0.0, args)
