@@ -203,9 +203,14 @@ def node_checks(lab: Lab, command: str) -> list[str]:
     return problems
 
 
-def reset(lab: Lab, command: str, layer: str, upgrade_from: str) -> None:
+def reset(lab: Lab, command: str, layer: str, upgrade_from: str, fresh_lists=False) -> None:
     if command == "install":
         lab.cli("uninstall", str(lab.inventory), "--components", LAYERS[layer], "--yes")
+        if fresh_lists and layer != "runtime":
+            # package lists without the removed sources, as on a fresh node: a kill between
+            # writing a source and refreshing the lists then shows whether the re-run recovers
+            for host in lab.hosts:
+                lab.node(host, "apt-get update -qq")
     elif command == "uninstall":
         lab.cli(*lab.install_args())
     elif command == "upgrade":
@@ -230,7 +235,7 @@ def status_drift(lab: Lab, state: Path, extra: list[str]) -> tuple[int, list[str
 def trial(lab: Lab, command: str, point: str, layer: str, delay: float, args) -> Trial:
     started = time.monotonic()
     result = Trial(command=command, point=point)
-    reset(lab, command, layer, args.upgrade_from)
+    reset(lab, command, layer, args.upgrade_from, getattr(args, "fresh_lists", False))
     state = Path(tempfile.mkdtemp(prefix="kill-", dir=lab.state))
     if command == "install":
         argv = lab.install_args()
@@ -325,6 +330,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--upgrade-to", default="535.309.01-0+deb12u1")
     parser.add_argument(
         "--skip-tags", default="", help="passed to install (CI: runtime layer only)"
+    )
+    parser.add_argument(
+        "--fresh-lists",
+        action="store_true",
+        help="after a reset, refresh the package lists (a fresh node's lists: issue 16 item 1)",
     )
     parser.add_argument("--report", type=Path)
     args = parser.parse_args(argv)
