@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from typing import Annotated
 
@@ -61,6 +62,13 @@ Full = Annotated[
     bool,
     typer.Option("--full", help="Run the whole play on every host (no converged-host fast path)."),
 ]
+Wait = Annotated[
+    bool,
+    typer.Option(
+        "--wait",
+        help="If another gpustack run is changing these hosts, wait for it (default: refuse).",
+    ),
+]
 Junit = Annotated[
     str | None,
     typer.Option(
@@ -104,13 +112,16 @@ def install(
     verbose: Verbose = 0,
     junit: Junit = None,
     full: Full = False,
+    wait: Wait = False,
 ) -> None:
     """Install the GPU host stack on every target host; with a kubeconfig, the Kubernetes side."""
+    opts = _opts(
+        inventory, limit, extra_vars, tags, skip_tags, kubeconfig, output_, report, verbose
+    )
+    opts.wait = wait
     _exit(
         commands.install(
-            _opts(
-                inventory, limit, extra_vars, tags, skip_tags, kubeconfig, output_, report, verbose
-            ),
+            opts,
             check=check,
             diff=diff,
             junit=junit,
@@ -287,6 +298,7 @@ def upgrade(
     output_: Output = "text",
     report: Report = None,
     verbose: Verbose = 0,
+    wait: Wait = False,
 ) -> None:
     """Rolling, drain-aware, resumable driver upgrade of the fleet (docs/upgrade.md)."""
     from gpustack.upgrade.command import UpgradeOptions, run_upgrade
@@ -295,7 +307,7 @@ def upgrade(
         inventory, driver_version, driver_branch, max_unavailable, max_parallel, canary,
         canary_pause, yes, drain, pod_selector, wait_for_jobs_timeout, pod_deletion_timeout,
         force, drain_timeout, validation_timeout, max_failures, resume, retry_failed, dry_run,
-        kubeconfig, limit, extra_vars, output_, report, verbose,
+        kubeconfig, limit, extra_vars, output_, report, verbose, wait,
     )  # fmt: skip
     _exit(run_upgrade(options))
 
@@ -314,9 +326,11 @@ def uninstall(
     output_: Output = "text",
     report: Report = None,
     verbose: Verbose = 0,
+    wait: Wait = False,
 ) -> None:
     """Remove what gpustack installed, in reverse lifecycle order."""
     opts = _opts(inventory, limit, extra_vars, "", "", kubeconfig, output_, report, verbose)
+    opts.wait = wait
     _exit(commands.uninstall(opts, components, yes))
 
 
@@ -396,10 +410,29 @@ def _root(
         raise typer.Exit(0)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM: stops a run exactly as Ctrl-C does (children stopped, report), exit 143."""
+
+
+_TERM = {"seen": False}
+
+
+def _on_sigterm(signum, frame) -> None:
+    if _TERM["seen"]:
+        return  # the run is stopping already; a second SIGTERM must not cut its report short
+    _TERM["seen"] = True
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: every predictable failure leaves here as Error + Hint + exit code."""
+    terminated = False
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         code = app(args=argv, standalone_mode=False)
+    except Terminated:
+        output.stderr.print("Terminated (SIGTERM).")
+        code = int(ExitCode.TERMINATED)
     except GpustackError as error:
         output.print_error(error)
         code = int(error.exit_code)
@@ -418,7 +451,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         output.stderr.print("Canceled.")
         code = int(ExitCode.CANCELED)
+    finally:
+        terminated = _TERM["seen"]
+        signal.signal(signal.SIGTERM, previous)
     code = 0 if code is None else int(code)
+    if terminated and code in (ExitCode.CANCELED, ExitCode.TERMINATED):
+        if code == ExitCode.CANCELED:  # stopped inside a command: say why, as Ctrl-C's report does
+            output.stderr.print("Terminated (SIGTERM).")
+        code = int(ExitCode.TERMINATED)
     if argv is None:
         sys.exit(code)
     return code

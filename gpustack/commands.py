@@ -32,12 +32,15 @@ class HostOptions:
     output: str = "text"
     report: str | None = None
     verbose: int = 0
+    wait: bool = False  # commands that change hosts: wait for another run's host locks
 
 
-def _validate(opts: HostOptions):
+def _validate(opts: HostOptions, outputs: tuple[str, ...] = OUTPUTS):
     """All input checks happen here, before anything runs on a host."""
-    if opts.output not in OUTPUTS:
-        raise BadInput(f"unknown --output {opts.output!r}", "use --output text or --output json")
+    if opts.output not in outputs:
+        raise BadInput(
+            f"unknown --output {opts.output!r}", f"use --output {' or --output '.join(outputs)}"
+        )
     if opts.report:
         _check_writable(opts.report)
     extravars = parse_extra_vars(opts.extra_vars)
@@ -79,6 +82,21 @@ def play(playbook: str, inventory, variables: dict, opts: HostOptions, title: st
     )
     with output.LiveProgress(title, opts.verbose) as progress:
         return runner.run_playbook(spec, on_update=progress.update)
+
+
+def host_locks(opts: HostOptions, inventory, check: bool = False):
+    """The host locks of a run that changes hosts (none for check mode); see gpustack/locks.py."""
+    import contextlib
+
+    from gpustack import locks
+
+    if check:
+        return contextlib.nullcontext()
+
+    def waiting(busy) -> None:
+        output.stderr.print(f"Waiting: {locks.refusal(busy).message}", soft_wrap=True)
+
+    return locks.hold(inventory, locks.command_line(), wait=opts.wait, on_wait=waiting)
 
 
 def _run(
@@ -125,12 +143,13 @@ def install(
         session = flow.prepare(validated[2], validated[0], validated[1])
     from gpustack import fastpath
 
-    result = fastpath.run_site(opts, validated, "gpustack install", check, diff, full)
     extra: dict = {"check_mode": check}
     k8s = None
-    if session and result.status != "canceled":
-        k8s = flow.install(session, result, check=check)
-        extra["kubernetes"] = k8s.to_dict()
+    with host_locks(opts, validated[0], check):
+        result = fastpath.run_site(opts, validated, "gpustack install", check, diff, full)
+        if session and result.status != "canceled":
+            k8s = flow.install(session, result, check=check)
+            extra["kubernetes"] = k8s.to_dict()
     code = _finish("install", opts, result, extra, text=_cluster_text(result, k8s, opts))
     _write_junit(junit, "gpustack install", result, k8s)
     if code == ExitCode.OK and k8s is not None and not k8s.passed:
@@ -226,6 +245,7 @@ def doctor_cmd(opts: HostOptions) -> int:
             name, host.facts, require_gpu, runtime_classes.get(name, "nvidia")
         )
     ]
+    problems = doctor.run_problems(result.hosts) + problems
     extra = {"problems": [p.__dict__ for p in problems]}
     code = result.exit_code
     if code == ExitCode.OK and any(p.severity == "error" for p in problems):
@@ -235,7 +255,7 @@ def doctor_cmd(opts: HostOptions) -> int:
         opts,
         result,
         extra,
-        text=lambda: (output.print_fleet(result, problems), _print_unreachable(result)),
+        text=lambda: output.print_fleet(result, problems),
         code=code,
     )
 
@@ -243,7 +263,7 @@ def doctor_cmd(opts: HostOptions) -> int:
 def status(opts: HostOptions) -> int:
     from gpustack import fleet, fleet_view
 
-    validated = _validate(opts)
+    validated = _validate(opts, (*OUTPUTS, "wide"))
     inventory, extravars, kubeconfig = validated
     session = None
     if kubeconfig:  # reach the cluster before any host is contacted
@@ -252,7 +272,12 @@ def status(opts: HostOptions) -> int:
         session = cluster_status.prepare(kubeconfig, inventory, extravars)
     result, *_ = _run(opts, "status.yml", "gpustack status", validated=validated)
     k8s = cluster_status.read_nodes(session) if session else None
-    rows = fleet.status_rows(result.hosts, k8s, fleet.upgrade_states(inventory.path))
+    rows = fleet.status_rows(
+        result.hosts,
+        k8s,
+        fleet.upgrade_states(inventory.path),
+        None if k8s else fleet.upgrade_target(inventory.path),
+    )
     extra = {
         "nodes": {row.host: row.to_dict() for row in rows},
         "drift": {row.host: row.drift for row in rows if row.drift},
@@ -265,7 +290,10 @@ def status(opts: HostOptions) -> int:
         opts,
         result,
         extra,
-        text=lambda: (fleet_view.print_status(rows, k8s is not None), _print_unreachable(result)),
+        text=lambda: (
+            fleet_view.print_status(rows, k8s is not None, wide=opts.output == "wide"),
+            _print_unreachable(result),
+        ),
         code=code,
     )
 
@@ -364,7 +392,8 @@ def uninstall(opts: HostOptions, components: str, yes: bool) -> int:
         *opts.extra_vars,
         json.dumps({"gpustack_uninstall_components": host_components}),
     ]
-    result, *_ = _run(opts, "uninstall.yml", "gpustack uninstall")
+    with host_locks(opts, inventory):
+        result, *_ = _run(opts, "uninstall.yml", "gpustack uninstall")
     return _finish("uninstall", opts, result, extra)
 
 

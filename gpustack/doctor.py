@@ -207,3 +207,31 @@ def find_problems(
             "the kubelet needs a CRI runtime (containerd or CRI-O)",
         )
     return out
+
+
+def run_problems(hosts: dict[str, Any]) -> list[Problem]:
+    """A host doctor could not read is a problem, never "no problems" (HostResult-like values)."""
+    found = []
+    for name, host in hosts.items():
+        if getattr(host, "unreachable", False):
+            found.append(
+                Problem(
+                    name,
+                    "error",
+                    f"unreachable: {' '.join(str(host.unreachable_message).split())[:300]}",
+                    "check the address, SSH user and key in the inventory "
+                    f"(`ssh` to it by hand); nothing was read from {name}",
+                )
+            )
+        elif getattr(host, "failed", 0):
+            last = host.failures[-1] if host.failures else None
+            found.append(
+                Problem(
+                    name,
+                    "error",
+                    "preflight failed: "
+                    + (f"{last.task}: {last.message}" if last else "see the artifacts"),
+                    "see the run's artifacts (printed below) for the full error",
+                )
+            )
+    return found

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import socket
 import sys
 import tempfile
@@ -92,6 +93,7 @@ def load_inventory(path: str | Path, limit: str | None = None) -> Inventory:
             else f"add hosts, ideally under a [{TARGET_GROUP}] group",
         )
     if limit:
+        check_limit(limit, manager, hosts)
         with contextlib.redirect_stderr(io.StringIO()):  # ansible warns on unmatched patterns
             manager.subset(limit)
             limited = {h.name for h in manager.get_hosts(group)}
@@ -104,6 +106,48 @@ def load_inventory(path: str | Path, limit: str | None = None) -> Inventory:
         hosts = chosen
     hostvars = {h: dict(manager.get_host(h).get_vars()) for h in hosts}
     return Inventory(path=inv_path, target_group=group, hosts=hosts, hostvars=hostvars)
+
+
+_LIMIT_HINT = (
+    "Ansible patterns: names or globs (gpu0*), groups, ranges (gpu[01:04]), ~regex, "
+    "!exclude, &intersect, joined by commas; e.g. --limit 'gpu0*,!gpu03'"
+)
+_NAME = re.compile(r"^[\w.*?@/:-]+(\[[\w.*?:!-]*\])?[\w.*?@/:-]*$")
+
+
+def check_limit(limit: str, manager, hosts: list[str]) -> None:
+    """Refuse a --limit Ansible would not read the way it was meant: a malformed element (Ansible
+    would silently take it as a literal name, or an exclusion of nothing, and match every host)
+    or an element that matches no host at all (a typo)."""
+    from ansible.inventory.manager import split_host_pattern
+
+    unbalanced = "~" not in limit and limit.count("[") != limit.count("]")
+    if unbalanced or not limit.strip():
+        raise BadInput(
+            f"--limit {limit!r} is not a valid host pattern (unbalanced [ ])", _LIMIT_HINT
+        )
+    for element in split_host_pattern(limit):
+        body = element[1:] if element[:1] in "!&" else element
+        valid = bool(body) and body[:1] not in "!&"
+        if valid and body.startswith("~"):
+            try:
+                re.compile(body[1:])
+            except re.error as exc:
+                raise BadInput(
+                    f"--limit element {element!r}: invalid regular expression ({exc})", _LIMIT_HINT
+                ) from None
+        elif valid:
+            valid = bool(_NAME.match(body))
+        if not valid:
+            raise BadInput(f"--limit element {element!r} is not a valid host pattern", _LIMIT_HINT)
+        with contextlib.redirect_stderr(io.StringIO()):
+            matched = manager.get_hosts(body)
+        if not matched:
+            shown = f"{', '.join(hosts[:10])}{' …' if len(hosts) > 10 else ''}"
+            raise BadInput(
+                f"--limit element {element!r} matches no host or group of the inventory",
+                f"hosts: {shown}",
+            )
 
 
 def _readable(path: Path) -> bool:

@@ -70,9 +70,12 @@ def test_status_reads_nodes_and_plugin_pods_with_list_calls(
     assert em.count("GET", "/api/v1/nodes") == 1
     assert em.count("GET", "/api/v1/namespaces/gpustack-system/pods") == 1
     assert em.count("POST") == em.count("PATCH") == em.count("DELETE") == 0
-    text = run_cli("status", str(inv), "--kubeconfig", str(kubeconfig), timeout=300)
+    text = run_cli("status", str(inv), "--kubeconfig", str(kubeconfig), "-o", "wide", timeout=300)
     assert text.returncode == 5
     assert re.search(r"local-a .* node-a\s+1\s+ready\s+upgrade-done", text.stdout), text.stdout
+    short = run_cli("status", str(inv), "--kubeconfig", str(kubeconfig), timeout=300)
+    assert re.search(r"local-a .* 1\s+upgrade-done", short.stdout), short.stdout  # gpus column
+    assert max(len(line) for line in short.stdout.splitlines()) <= 120
 
 
 def test_kubernetes_drift_for_a_gpu_node():
