@@ -7,7 +7,7 @@ import re
 
 from gpustack.cluster import status as cluster_status
 from gpustack.cluster.nodes import NodeMatch
-from tests.cluster.status_helpers import add_gpu_node, add_plugin_pod
+from tests.cluster.status_helpers import gpu_node, install_device_plugin
 from tests.conftest import run_cli
 from tests.unit.test_status import facts
 
@@ -49,9 +49,10 @@ def test_status_reads_nodes_and_plugin_pods_with_list_calls(
     tmp_path, cluster, kubeconfig, state_dir
 ):
     em = cluster.emulator
-    add_gpu_node(em, "node-a", 1, plugin_ready=True, state="upgrade-done")
-    add_gpu_node(em, "node-b", 0, plugin_ready=False)
+    gpu_node(em, "node-a", 1, state="upgrade-done")
+    gpu_node(em, "node-b", 0)  # labelled for the plugin but without a GPU: it crash-loops
     em.add_nodes(3, prefix="cpu")
+    install_device_plugin(em)
     inv = _local_inventory(
         tmp_path, {"local-a": "node-a", "local-b": "node-b", "local-c": "missing"}
     )
@@ -91,9 +92,10 @@ def test_kubernetes_drift_for_a_gpu_node():
 def test_pagination_follows_continue_tokens(cluster, kubeconfig, tmp_path):
     """1200 nodes and 1200 plugin pods: three pages each, never one request per node."""
     em = cluster.emulator
-    names = em.add_nodes(1200, prefix="gpu", allocatable={"nvidia.com/gpu": "8"})
+    names = [f"gpu{i:04d}" for i in range(1200)]
     for name in names:
-        add_plugin_pod(em, name, ready=True)
+        gpu_node(em, name, 8)
+    install_device_plugin(em)
     from gpustack.inventory import load_inventory
 
     inv = tmp_path / "big.ini"
