@@ -64,6 +64,8 @@ def print_status(rows: list[NodeStatus], kubernetes: bool) -> None:
         ]
         table.add_row(*cells)
     stdout.print(table)
+    for note in sorted({(r.kubernetes or {}).get("note") or "" for r in rows} - {""}):
+        stdout.print(f"\n[yellow]Note:[/] {escape(note)}")  # e.g. GFD labels need NFD running
     drifted = [r for r in rows if r.drift]
     if drifted:
         stdout.print(

@@ -1,14 +1,15 @@
 """The Kubernetes columns of `gpustack status`: a few paginated list calls, never one per node.
 
-Calls for any fleet size: GET /version (in `prepare`), the nodes (pages of 500) and the
-device plugin pods of gpustack's namespace (pages of 500, one label selector).
+Calls for any fleet size: GET /version (in `prepare`), the nodes (pages of 500), the
+device plugin pods of gpustack's namespace (pages of 500, one label selector) and, while GFD
+is on, NFD's API discovery (GFD labels need Node Feature Discovery running; see gfd.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from gpustack.cluster import flow, nodes
+from gpustack.cluster import flow, gfd, nodes
 
 UPGRADE_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
 DEVICE_PLUGIN_SELECTOR = (
@@ -34,9 +35,14 @@ def _ready(obj: dict[str, Any]) -> bool:
 
 
 def node_views(
-    matches: dict[str, nodes.NodeMatch], plugin_pods: list[dict[str, Any]]
+    matches: dict[str, nodes.NodeMatch],
+    plugin_pods: list[dict[str, Any]],
+    nfd_api: bool | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Pure: per inventory host, what the cluster says about its node."""
+    """Pure: per inventory host, what the cluster says about its node.
+
+    `nfd_api` (None: GFD is off) words the note on a GFD node without GFD's labels.
+    """
     pods_by_node: dict[str, list[dict[str, Any]]] = {}
     for pod in plugin_pods:
         node_name = (pod.get("spec") or {}).get("nodeName")
@@ -58,7 +64,12 @@ def node_views(
             "device_plugin_ready": (any(_ready(p) for p in pods) if pods else None),
             "device_plugin_pods": [p["metadata"]["name"] for p in pods],
             "upgrade_state": ((node["metadata"].get("labels") or {}).get(UPGRADE_STATE_LABEL)),
+            "gfd_labels": gfd.has_gfd_labels(node),
         }
+        labels = node["metadata"].get("labels") or {}
+        gfd_node = nfd_api is not None and labels.get(gfd.GFD_DEPLOY_LABEL) == "true"
+        if gfd_node and not gfd.has_gfd_labels(node):
+            views[host]["note"] = gfd.missing_note(bool(nfd_api))
     return views
 
 
@@ -66,6 +77,7 @@ def read_nodes(session: flow.Session) -> dict[str, dict[str, Any]]:
     """List nodes and device plugin pods (paginated) and map them to inventory hosts."""
     cluster = session.cluster
     try:
+        nfd_api = gfd.nfd_api_served(cluster) if session.config.gfd_enabled else None
         all_nodes = cluster.list_all("/api/v1/nodes", "list nodes", page=PAGE)
         pods = cluster.list_all(
             f"/api/v1/namespaces/{session.config.namespace}/pods",
@@ -76,4 +88,4 @@ def read_nodes(session: flow.Session) -> dict[str, dict[str, Any]]:
     finally:
         cluster.close()
     matches = nodes.match_hosts(session.node_names, session.hostvars, all_nodes)
-    return node_views(matches, pods)
+    return node_views(matches, pods, nfd_api)

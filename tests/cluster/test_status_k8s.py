@@ -31,8 +31,22 @@ def test_node_views_are_pure_and_map_pods_to_nodes():
     assert views["h1"] == {
         "node": "n1", "ready": True, "cordoned": True, "allocatable_gpus": 4,
         "device_plugin_ready": True, "device_plugin_pods": ["p1"], "upgrade_state": "upgrade-done",
+        "gfd_labels": False,
     }  # fmt: skip
     assert views["h2"] == {"node": None, "error": "no Node", "hint": "hint"}
+    # A node meant to run GFD but without its labels gets a note, worded by NFD's presence.
+    node["metadata"]["labels"]["nvidia.com/gpu.deploy.gpu-feature-discovery"] = "true"
+    match = {"h1": NodeMatch("h1", "n1", node)}
+    note = cluster_status.node_views(match, pods, nfd_api=False)["h1"]["note"]
+    assert (
+        note.startswith("GFD labels need Node Feature Discovery running")
+        and "not installed" in note
+    )
+    note = cluster_status.node_views(match, pods, nfd_api=True)["h1"]["note"]
+    assert "is nfd-master running?" in note
+    node["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-A100-SXM4-80GB"
+    view = cluster_status.node_views(match, pods, nfd_api=False)["h1"]
+    assert view["gfd_labels"] is True and "note" not in view
 
 
 def _local_inventory(tmp_path, hosts: dict[str, str]):
@@ -66,8 +80,9 @@ def test_status_reads_nodes_and_plugin_pods_with_list_calls(
     assert b["allocatable_gpus"] == 0 and b["device_plugin_ready"] is False
     assert c["node"] is None
     assert "no Node named 'missing' for host local-c" in doc["drift"]["local-c"]
-    # Reads only: GET /version, one page of nodes, one page of device plugin pods.
-    assert em.count() - before == 3
+    # Reads only: GET /version, NFD's API discovery, one page of nodes and one of plugin pods.
+    assert em.count() - before == 4
+    assert em.count("GET", "/apis/nfd.k8s-sigs.io/v1alpha1") == 1
     assert em.count("GET", "/api/v1/nodes") == 1
     assert em.count("GET", "/api/v1/namespaces/gpustack-system/pods") == 1
     assert em.count("POST") == em.count("PATCH") == em.count("DELETE") == 0
@@ -106,4 +121,4 @@ def test_pagination_follows_continue_tokens(cluster, kubeconfig, tmp_path):
     views = cluster_status.read_nodes(session)
     assert len(views) == 1200 and all(v["device_plugin_ready"] for v in views.values())
     assert all(v["allocatable_gpus"] == 8 for v in views.values())
-    assert em.count() - before == 6
+    assert em.count() - before == 7  # 3 pages of nodes, 3 of pods, NFD's API discovery
