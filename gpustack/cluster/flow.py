@@ -162,7 +162,9 @@ def _rollout_and_verify(session, report, objects, targets, labelled, clock) -> N
         session.cluster, config.namespace, daemonsets, labelled, config.daemonset_timeout, clock
     )
     operands = _operands(report.daemonsets, list(labelled))
-    report.nodes = verify(session.cluster, config, targets, operands=operands, clock=clock)
+    report.nodes = verify(
+        session.cluster, config, targets, operands=operands, nfd_api=report.nfd_api, clock=clock
+    )
 
 
 def verify_cluster(

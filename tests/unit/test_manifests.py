@@ -411,6 +411,7 @@ def test_verify_pod():
     assert spec["restartPolicy"] == "Never"
     assert spec["containers"][0]["command"] == ["nvidia-smi", "-L"]
     assert spec["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu.shared": 2}
+    assert spec["containers"][0]["resources"]["requests"] == {"nvidia.com/gpu.shared": 2}
     assert spec["tolerations"][0]["key"] == "nvidia.com/gpu"
     pod = render_verify_pod(config, node_name="n", gpus=1, name="v", resource="nvidia.com/gpu")
     assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 1}
