@@ -13,6 +13,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from gpustack.cluster.checks import FAILED, PASSED, SKIPPED, NodeReport
 from gpustack.cluster.connect import Clock, Cluster, status_message
 from gpustack.errors import GpustackError
 from gpustack.manifests import ClusterConfig
@@ -22,7 +23,6 @@ NFD_RESOURCE = "nodefeatures.nfd.k8s-sigs.io"
 GFD_LABEL = "nvidia.com/gpu.product"  # set by GFD only (internal/lm of k8s-device-plugin)
 GFD_DEPLOY_LABEL = "nvidia.com/gpu.deploy.gpu-feature-discovery"
 POLL_SECONDS = 1.0
-PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
 NO_NFD = (
     f"GFD labels need Node Feature Discovery running: this cluster does not serve {NFD_RESOURCE} "
@@ -61,7 +61,7 @@ def missing_note(nfd_api: bool) -> str:
 
 
 def check_labels(
-    cluster: Cluster, config: ClusterConfig, reports: list, nfd_api: bool, clock: Clock
+    cluster: Cluster, config: ClusterConfig, reports: list[NodeReport], nfd_api: bool, clock: Clock
 ) -> None:
     """The `gfd` check: GFD's labels on each node (NFD puts them there), or why not.
 

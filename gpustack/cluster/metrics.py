@@ -6,10 +6,9 @@ import re
 
 from kubernetes.client.exceptions import ApiException
 
+from gpustack.cluster.checks import FAILED, PASSED, NodeReport
 from gpustack.cluster.connect import Cluster, status_message
 from gpustack.manifests import METRICS_PORT, ClusterConfig
-
-PASSED, FAILED = "passed", "failed"
 
 _SAMPLE = re.compile(
     r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)"
@@ -27,7 +26,7 @@ def metric_samples(text: str, name: str) -> list[dict[str, str]]:
     return found
 
 
-def check_dcgm(cluster: Cluster, config: ClusterConfig, reports: list, clock) -> None:
+def check_dcgm(cluster: Cluster, config: ClusterConfig, reports: list[NodeReport], clock) -> None:
     """DCGM_FI_DEV_GPU_TEMP per GPU, through the service proxy.
 
     The proxy reaches one dcgm-exporter pod per request, so it is asked repeatedly (up to
@@ -62,7 +61,7 @@ def check_dcgm(cluster: Cluster, config: ClusterConfig, reports: list, clock) ->
         report.add("dcgm", PASSED if ok else FAILED, message, elapsed)
 
 
-def _dcgm_ok(report, seen: set[str], per_host: dict[str, int]) -> tuple[bool, str]:
+def _dcgm_ok(report: NodeReport, seen: set[str], per_host: dict[str, int]) -> tuple[bool, str]:
     if report.uuids:
         missing = [u for u in report.uuids if u not in seen]
         if missing:

@@ -14,7 +14,9 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from gpustack.cluster import gpu_resources
 from gpustack.cluster.connect import Cluster, call, check_reachable, connect, status_message
+from gpustack.cluster.gpu_resources import GPU_PREFIXES
 from gpustack.cluster.nodes import MERGE_PATCH, find_nodes, node_name_for
 from gpustack.errors import BadInput
 from gpustack.upgrade.backend import NodeCondition, StepFailed, StepOptions
@@ -23,7 +25,7 @@ from gpustack.upgrade.state import SKIP_LABEL, STATE_LABEL, UpgradeState
 
 ADMIN_ANNOTATION = "gpustack.io/driver-upgrade-initially-unschedulable"
 REASON_ANNOTATION = "gpustack.io/driver-upgrade-failure"
-GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")  # = gpu_resources.GPU_PREFIXES
+GPU_RESOURCE_PREFIXES = GPU_PREFIXES  # GPU pods: nvidia.com/gpu* or nvidia.com/mig-*
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
@@ -289,7 +291,6 @@ class KubernetesBackend:
         return note + "; " + self._verify_pod(name, gpus, clock, opts, start)
 
     def _verify_pod(self, host, gpus, clock, opts, start) -> str:
-        from gpustack.cluster import gpu_resources
         from gpustack.cluster.pods import pod_name, run_pods
         from gpustack.manifests import render_verify_pod
 

@@ -20,53 +20,15 @@ Verification pods are deleted whatever happens (also on Ctrl-C).
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gpustack import doctor
 from gpustack.cluster import gfd, gpu_resources, metrics
+from gpustack.cluster.checks import FAILED, PASSED, SKIPPED, NodeReport
 from gpustack.cluster.connect import Clock, Cluster
-from gpustack.cluster.pods import POLL_SECONDS, RUN_LABEL, pod_name, run_pods
+from gpustack.cluster.pods import POLL_SECONDS, pod_name, run_pods
 from gpustack.manifests import ClusterConfig, render_verify_pod
-
-PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
-metric_samples = metrics.metric_samples  # re-exported: callers and tests use verify's names
-__all__ = ["RUN_LABEL", "pod_name", "run_pods"]
-
-
-@dataclass
-class Check:
-    name: str
-    status: str
-    message: str = ""
-    seconds: float = 0.0
-
-
-@dataclass
-class NodeReport:
-    host: str
-    node: str
-    gpus: int = 0
-    uuids: list[str] = field(default_factory=list)
-    checks: list[Check] = field(default_factory=list)
-
-    @property
-    def passed(self) -> bool:
-        return all(c.status != FAILED for c in self.checks)
-
-    def check(self, name: str) -> Check | None:
-        return next((c for c in self.checks if c.name == name), None)
-
-    def add(self, name: str, status: str, message: str = "", seconds: float = 0.0) -> None:
-        self.checks.append(Check(name, status, message, round(seconds, 2)))
-
-    def failed(self) -> bool:
-        return any(c.status == FAILED for c in self.checks)
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["passed"] = self.passed
-        return data
 
 
 @dataclass

@@ -180,6 +180,29 @@ def test_gfd_with_the_default_service_account_crash_loops(cluster, nfd):
         assert ds["numberReady"] == 1
 
 
+def test_gpustacks_rbac_grants_every_call_an_operand_cannot_do_without(cluster):
+    """Cross-check: the rendered Role covers each fatal API call the emulated images make."""
+    from tests.cluster.emulator.images import API_CALLS, profile_for
+    from tests.cluster.emulator.rbac import Subject, allowed
+
+    emu = cluster.emulator
+    emu.install_nfd()
+    apply_all(emu, render(ClusterConfig(), nfd_api=True))
+    checked = 0
+    for daemonset in emu.objects("apps/v1", "DaemonSet", NS):
+        spec = daemonset["spec"]["template"]["spec"]
+        subject = Subject(NS, spec.get("serviceAccountName") or "default")
+        for container in spec["containers"]:
+            for verb, group, resource, fatal in API_CALLS[profile_for(container).name]:
+                if fatal:
+                    assert allowed(emu.store, subject, verb, group, resource, NS, "x"), (
+                        verb,
+                        resource,
+                    )
+                    checked += 1
+    assert checked == 3  # GFD's get/create/update of nodefeatures
+
+
 def test_a_missing_service_account_leaves_the_daemonset_without_pods(cluster):
     emu = cluster.emulator
     gpu_node(emu)

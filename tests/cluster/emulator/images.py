@@ -34,6 +34,24 @@ from tests.cluster.emulator.context import Device, RunContext
 from tests.cluster.emulator.devices import Registration
 
 NFD_GROUP, NFD_VERSION = "nfd.k8s-sigs.io", "v1alpha1"
+
+# The API calls each operand image makes, read from upstream's code, with the upstream Role that
+# grants them: (verb, API group, resource, fatal: the binary exits when refused).
+API_CALLS: dict[str, list[tuple[str, str, str, bool]]] = {
+    # internal/lm/output.go@1b826acc6af3079d8923bac395c3124b8861a9a6 (NodeFeature API mode);
+    # granted by gpu-operator assets/gpu-feature-discovery/0200_role.yaml@10ee5b3638b89e11e949412aafa5ba99279c3721
+    "gpu-feature-discovery": [
+        ("get", NFD_GROUP, "nodefeatures", True),
+        ("create", NFD_GROUP, "nodefeatures", True),
+        ("update", NFD_GROUP, "nodefeatures", True),
+        ("get", "", "pods", False),  # owner references; a failure is a warning
+    ],
+    "nvidia-device-plugin": [],  # cmd/nvidia-device-plugin makes no API call
+    "mps-control-daemon": [],  # cmd/mps-control-daemon makes no API call
+    # internal/pkg/transformation/kubernetes.go@d5e5f510a1b6b393f39a43293ccd9dc985defc79: pod
+    # informer for pod labels; without credentials or permission it logs and goes on
+    "dcgm-exporter": [("list", "", "pods", False), ("watch", "", "pods", False)],
+}
 NODE_NAME_LABEL = "nfd.node.kubernetes.io/node-name"
 GFD_OUTPUT = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
 
