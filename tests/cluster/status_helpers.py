@@ -23,11 +23,16 @@ def install_device_plugin(emulator, config: ClusterConfig | None = None) -> None
             emulator.create(obj)
 
 
-def gpu_node(emulator, name: str, gpus: int, *, plugin: bool = True, state: str = "") -> None:
-    """A node with `gpus` SIMULATED GPUs (0: none, but the nvidia runtime is configured)."""
+def gpu_node(
+    emulator, name: str, gpus: int, *, plugin: bool = True, gfd: bool = False, state: str = ""
+) -> None:
+    """A node with `gpus` SIMULATED GPUs (0: none, but the nvidia runtime is configured);
+    `gfd`: labelled for GPU Feature Discovery too (no GFD runs here, so it has no GFD labels)."""
     labels = {UPGRADE_STATE_LABEL: state} if state else {}
     if plugin:
         labels[PLUGIN_LABEL] = "true"
+    if gfd:
+        labels["nvidia.com/gpu.deploy.gpu-feature-discovery"] = "true"
     hardware = NodeHardware.gpu_node(uuids_for(name, gpus))
     if not gpus:
         hardware.driver = None

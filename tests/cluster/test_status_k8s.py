@@ -63,7 +63,7 @@ def test_status_reads_nodes_and_plugin_pods_with_list_calls(
     tmp_path, cluster, kubeconfig, state_dir
 ):
     em = cluster.emulator
-    gpu_node(em, "node-a", 1, state="upgrade-done")
+    gpu_node(em, "node-a", 1, gfd=True, state="upgrade-done")
     gpu_node(em, "node-b", 0)  # labelled for the plugin but without a GPU: it crash-loops
     em.add_nodes(3, prefix="cpu")
     install_device_plugin(em)
@@ -78,6 +78,8 @@ def test_status_reads_nodes_and_plugin_pods_with_list_calls(
     assert a["node"] == "node-a" and a["allocatable_gpus"] == 1 and a["device_plugin_ready"] is True
     assert doc["nodes"]["local-a"]["upgrade_state"] == "upgrade-done"
     assert b["allocatable_gpus"] == 0 and b["device_plugin_ready"] is False
+    assert a["gfd_labels"] is False and "note" not in b  # b is not meant to run GFD
+    assert a["note"].startswith("GFD labels need Node Feature Discovery running")
     assert c["node"] is None
     assert "no Node named 'missing' for host local-c" in doc["drift"]["local-c"]
     # Reads only: GET /version, NFD's API discovery, one page of nodes and one of plugin pods.
@@ -89,6 +91,7 @@ def test_status_reads_nodes_and_plugin_pods_with_list_calls(
     text = run_cli("status", str(inv), "--kubeconfig", str(kubeconfig), timeout=300)
     assert text.returncode == 5
     assert re.search(r"local-a .* node-a\s+1\s+ready\s+upgrade-done", text.stdout), text.stdout
+    assert "Note: GFD labels need Node Feature Discovery running" in text.stdout
 
 
 def test_kubernetes_drift_for_a_gpu_node():
