@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -154,6 +156,10 @@ def _unreachable(row: NodeStatus, count: int) -> list[str]:
 
 def print_status(rows: list[NodeStatus], kubernetes: bool, wide: bool = False) -> None:
     stdout.print(status_table(rows, kubernetes, wide))
+    for note in sorted({(r.kubernetes or {}).get("note") or "" for r in rows} - {""}):
+        # e.g. GFD labels need NFD running; wrapped so the default view stays within 120 columns
+        lines = textwrap.wrap(f"Note: {note}", DEFAULT_WIDTH)
+        stdout.print("\n[yellow]Note:[/]" + escape("\n".join(lines))[len("Note:") :])
     drifted = [r for r in rows if r.drift]
     if drifted:
         more = "" if wide else " `-o wide` names every difference;"

@@ -78,6 +78,9 @@ class ClusterConfig(BaseModel):
     gfd_enabled: bool = True
     gfd_image: str | None = None
     gfd_tag: str | None = None
+    # How GFD publishes labels: NFD's NodeFeature API, the features.d file, or whichever the
+    # cluster supports (docs/kubernetes.md, GPU Feature Discovery).
+    gfd_mode: Literal["auto", "node-feature-api", "feature-file"] = "auto"
     dcgm_exporter_enabled: bool = True
     dcgm_exporter_image: str = "nvcr.io/nvidia/k8s/dcgm-exporter"
     dcgm_exporter_tag: str = "4.6.0-4.8.3-distroless"
@@ -242,6 +245,15 @@ class ClusterConfig(BaseModel):
             repository = f"{self.registry}/{split_registry(repository)[1]}"
         return join_image(repository, tag)
 
+    def gfd_node_feature_api(self, nfd_api_served: bool) -> bool:
+        """Whether GFD publishes through NFD's NodeFeature API (else the features.d file).
+
+        `auto` follows the cluster: the API when `nodefeatures.nfd.k8s-sigs.io` is served.
+        """
+        if self.gfd_mode == "auto":
+            return nfd_api_served
+        return self.gfd_mode == "node-feature-api"
+
     @property
     def gpus_per_device(self) -> int:
         """How many `nvidia.com/gpu` units one physical GPU advertises (time-slicing/MPS)."""
@@ -329,6 +341,7 @@ _HINTS = {
     "namespace": "e.g. gpustack_k8s_namespace=gpu-operator-lite",
     "registry": "e.g. gpustack_k8s_registry=registry.example:5000/nvidia-mirror",
     "mig_strategy": "choose none, single or mixed",
+    "gfd_mode": "choose auto, node-feature-api or feature-file",
     "time_slicing_replicas": "1 turns time-slicing off; 2 or more shares each GPU",
     "mps_replicas": "1 turns MPS off; 2 to 48 shares each GPU through MPS",
     "vector_add_image": (
