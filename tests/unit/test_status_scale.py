@@ -12,6 +12,7 @@ import pytest
 from gpustack.cluster import nodes, status
 from gpustack.cluster.flow import Session
 from gpustack.errors import GpustackError
+from gpustack.manifests import ClusterConfig
 
 
 def node(name: str, hostname: str | None = None, ip: str | None = None) -> dict:
@@ -107,7 +108,7 @@ class FakeCluster:
 
 
 def session(cluster) -> Session:
-    config = type("Config", (), {"namespace": "gpustack-system"})()
+    config = ClusterConfig(gfd_enabled=False)  # no NFD discovery call: the two lists only
     return Session(cluster, config, "v1.33.0", {"gpu1": "gpu1"}, {})
 
 
