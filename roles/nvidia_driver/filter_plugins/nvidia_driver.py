@@ -179,6 +179,19 @@ def smi_gpus(text):
     return gpus
 
 
+def url_credentials(url):
+    """[username, password] from user:password@ in a URL (percent-decoded), else ['', '']."""
+    try:
+        from urllib.parse import unquote, urlsplit
+    except ImportError:  # pragma: no cover - Python 2 controllers are not supported
+        return ["", ""]
+    netloc = urlsplit(url or "").netloc
+    if "@" not in netloc:
+        return ["", ""]
+    username, _, password = netloc.rpartition("@")[0].partition(":")
+    return [unquote(username), unquote(password)]
+
+
 class FilterModule(object):
     def filters(self):
         return {
@@ -190,4 +203,5 @@ class FilterModule(object):
             "nvidia_driver_unload_order": unload_order,
             "nvidia_driver_smi_gpus": smi_gpus,
             "nvidia_driver_nvrm_version": nvrm_version,
+            "nvidia_driver_url_credentials": url_credentials,
         }
