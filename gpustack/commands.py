@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpustack import doctor, output, secrets
+from gpustack import credentials, doctor, output
 from gpustack.config import check_extra_vars
 from gpustack.errors import BadInput, ExitCode
 from gpustack.extravars import parse_extra_vars
@@ -40,8 +40,8 @@ def _validate(opts: HostOptions):
         raise BadInput(f"unknown --output {opts.output!r}", "use --output text or --output json")
     if opts.report:
         _check_writable(opts.report)
-    # credentials from GPUSTACK_* environment variables (gpustack/secrets.py); -e wins
-    extravars = {**secrets.environment_inputs(), **parse_extra_vars(opts.extra_vars)}
+    # credentials from GPUSTACK_* environment variables (gpustack/credentials.py); -e wins
+    extravars = {**credentials.environment_inputs(), **parse_extra_vars(opts.extra_vars)}
     check_inputs(extravars)
     check_extra_vars(extravars)
     inventory = load_inventory(opts.inventory, opts.limit)

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from gpustack import secrets
+from gpustack import credentials
 from gpustack.errors import BadInput
 
 _VERSION = re.compile(r"^([0-9]+:)?[0-9]+(\.[0-9]+)+([-+~.][0-9A-Za-z.+~-]*)?$")
@@ -46,7 +46,7 @@ class DriverInputs(BaseModel):
 
 def check_extra_vars(extravars: dict[str, Any], where: str = "-e") -> None:
     """Raise BadInput for the first invalid gpustack input among the extra vars (or `where`)."""
-    secrets.register_inputs(extravars)
+    credentials.register_inputs(extravars)
     check_sources(extravars, where)
     for name in ("gpustack_require_gpu", "nvidia_driver_open_kernel_modules"):
         if name in extravars and str(extravars[name]).lower() not in _BOOL:
@@ -58,7 +58,7 @@ def check_extra_vars(extravars: dict[str, Any], where: str = "-e") -> None:
         name = err["loc"][0]
         message = err["msg"].removeprefix("Value error, ")
         raise BadInput(
-            f"{where} {name}: {secrets.scrub(message)}",
+            f"{where} {name}: {credentials.scrub(message)}",
             _HINTS.get(str(name), "see docs/variables.md"),
         ) from None
     if inputs.nvidia_driver_source == "mirror" and not inputs.nvidia_driver_mirror_url:
@@ -153,7 +153,7 @@ def check_sources(variables: dict[str, Any], where: str = "-e") -> None:
         if problem:
             role = _prefix(name)
             raise BadInput(
-                f"{where} {name}: {secrets.mask_url(value.strip())!r} {problem}",
+                f"{where} {name}: {credentials.mask_url(value.strip())!r} {problem}",
                 f"e.g. {_URL_EXAMPLE[role]} or file:///srv/mirror; credentials: "
                 f"{role}_mirror_username and {role}_mirror_password_file (docs/air-gapped.md)",
             )
@@ -201,7 +201,7 @@ def _check_credentials(role: str, variables: dict[str, Any], where: str) -> None
                 f"{where} {role}_mirror_password_file {password_file}: the first line is empty",
                 "write the password on the file's first line",
             )
-    if secrets.has_credentials(url):
+    if credentials.has_credentials(url):
         if username or password:
             raise BadInput(
                 f"{where} {role}_mirror_url carries credentials and {role}_mirror_username/"

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from gpustack import __version__, paths, secrets
+from gpustack import __version__, credentials, paths
 
 # The host roles of playbooks/site.yml that record a stamp, in lifecycle order.
 HOST_ROLES = ("nvidia_driver", "nvidia_container_toolkit", "container_runtime")
@@ -155,9 +155,9 @@ class Decision:
 
 def _input_reason(role: str, name: str, now: Any, then: Any) -> str:
     """Why an input differs; never a secret (stamps hold digests of secrets, never values)."""
-    if secrets.is_secret_name(name) or name.endswith("_password_file"):
+    if credentials.is_secret_name(name) or name.endswith("_password_file"):
         return f"{role}: input {name} changed"
-    shown_now, shown_then = secrets.scrub_data(now), secrets.scrub_data(then)
+    shown_now, shown_then = credentials.scrub_data(now), credentials.scrub_data(then)
     if shown_now == shown_then:  # the difference is in credentials of a URL
         return f"{role}: input {name} changed (credentials)"
     return f"{role}: input {name} is {shown_now!r}, was {shown_then!r}"

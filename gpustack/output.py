@@ -12,7 +12,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from gpustack import doctor, secrets
+from gpustack import credentials, doctor
 from gpustack.errors import BadInput, GpustackError
 from gpustack.results import RunResult, RunTracker, host_to_dict
 
@@ -29,7 +29,7 @@ stderr = _console(stderr=True)
 
 def print_error(error: GpustackError) -> None:
     # soft_wrap: one line each, however long (scripts and tests read them line by line)
-    message, hint = secrets.scrub(error.message), secrets.scrub(error.hint)
+    message, hint = credentials.scrub(error.message), credentials.scrub(error.hint)
     stderr.print(f"[bold red]Error:[/] {escape(message)}", soft_wrap=True)
     if hint:
         stderr.print(f"[bold]Hint:[/] {escape(hint)}", soft_wrap=True)
@@ -94,7 +94,7 @@ class LiveProgress:
             if state == "ok" and (data.get("res") or {}).get("changed"):
                 state = "changed"
             line = f"{data.get('host', '')} | {data.get('task', '')} | {state}"
-            stderr.print(escape(secrets.scrub(line)))
+            stderr.print(escape(credentials.scrub(line)))
 
 
 def run_document(
@@ -130,8 +130,8 @@ def print_json(doc: dict[str, Any]) -> None:
 
 
 def _json(doc: dict[str, Any]) -> str:
-    """Reports and --output json never carry a secret (gpustack/secrets.py)."""
-    return json.dumps(secrets.scrub_data(doc), indent=2, sort_keys=True, default=str) + "\n"
+    """Reports and --output json never carry a secret (gpustack/credentials.py)."""
+    return json.dumps(credentials.scrub_data(doc), indent=2, sort_keys=True, default=str) + "\n"
 
 
 def print_run(result: RunResult, verbose: int = 0) -> None:
@@ -156,14 +156,14 @@ def print_run(result: RunResult, verbose: int = 0) -> None:
             str(host.changed),
             str(host.failed),
             str(host.skipped),
-            escape(_one_line(secrets.scrub(note), 160 if not verbose else 2000)),
+            escape(_one_line(credentials.scrub(note), 160 if not verbose else 2000)),
         )
     stdout.print(table)
     if verbose:
         for host in result.hosts.values():
             for failure in host.failures:
                 text = f"{failure.role} : {failure.task}\n  {failure.message}"
-                stdout.print(f"[red]{escape(host.name)}[/] {escape(secrets.scrub(text))}")
+                stdout.print(f"[red]{escape(host.name)}[/] {escape(credentials.scrub(text))}")
     summary = result.summary()
     stdout.print(
         f"{summary['hosts']} hosts: {summary['ok']} ok, {summary['failed']} failed, "
@@ -179,12 +179,12 @@ def print_changes(result: RunResult, verbose: int = 0) -> None:
             continue
         stdout.print(f"{escape(host.name)}: {len(host.changes)} change(s)")
         for change in host.changes:
-            stdout.print(f"  ~ {escape(secrets.scrub(f'{change.role} : {change.task}'))}")
+            stdout.print(f"  ~ {escape(credentials.scrub(f'{change.role} : {change.task}'))}")
             if verbose:
                 for diff in change.diff:
                     text = diff.get("prepared") or _before_after(diff)
                     if text:
-                        stdout.print(escape(secrets.scrub(text)))
+                        stdout.print(escape(credentials.scrub(text)))
 
 
 def _before_after(diff: dict[str, Any]) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 
 import ansible_runner
 
-from gpustack import paths, secrets
+from gpustack import credentials, paths
 from gpustack.results import RunResult, RunTracker
 
 KEEP_RUNS = 20
@@ -118,7 +118,7 @@ def _private_data_dir(playbook: Path) -> Path:
 
 def _secret_vars(data_dir: Path, variables: dict) -> tuple[dict, Path | None]:
     """(plain extra vars, path of a 0600 file holding the secret ones, or None)."""
-    plain, secret = secrets.split_extravars(variables)
+    plain, secret = credentials.split_extravars(variables)
     for stale in runs_dir().glob("*/secret-vars.json"):  # left by a killed run
         if time.time() - stale.stat().st_mtime > 600:  # read within seconds by its own run
             stale.unlink(missing_ok=True)
@@ -154,7 +154,7 @@ def run_playbook(
     def handler(event: dict) -> bool:
         if secret_file and event.get("event") == "playbook_on_start":
             secret_file.unlink(missing_ok=True)  # read (and cached) by now: inventory, vars
-        if secrets.scrub_event(event):  # runner writes this very dict to job_events
+        if credentials.scrub_event(event):  # runner writes this very dict to job_events
             masked.append(str(event.get("event_data", {}).get("task") or event.get("event")))
         events.put(event)
         return True
@@ -194,7 +194,7 @@ def run_playbook(
     thread.join()
     if secret_file:
         secret_file.unlink(missing_ok=True)
-    if secrets.scrub_file(Path(runner.config.artifact_dir) / "stdout") or masked:
+    if credentials.scrub_file(Path(runner.config.artifact_dir) / "stdout") or masked:
         # A task let a secret through (masked here): say which, without the secret.
         (Path(runner.config.artifact_dir) / "gpustack-masked.json").write_text(
             json.dumps({"events": masked}), encoding="utf-8"

@@ -9,7 +9,7 @@ import stat
 
 import pytest
 
-from gpustack import converged, output, runner, secrets
+from gpustack import converged, credentials, output, runner
 from gpustack.errors import BadInput
 from tests.unit.test_driver_filters import load
 
@@ -23,9 +23,9 @@ driver_filters = load("roles/nvidia_driver/filter_plugins/nvidia_driver.py", "nd
 
 @pytest.fixture(autouse=True)
 def clean_registry():
-    secrets.forget_all()
+    credentials.forget_all()
     yield
-    secrets.forget_all()
+    credentials.forget_all()
 
 
 @pytest.mark.parametrize(
@@ -39,21 +39,21 @@ def clean_registry():
     ],
 )
 def test_mask_url(text, shown):
-    assert secrets.mask_url(text) == shown
+    assert credentials.mask_url(text) == shown
 
 
 def test_scrub_masks_registered_secrets_and_url_credentials_everywhere():
-    secrets.register("S3cretPW")
+    credentials.register("S3cretPW")
     doc = {"msg": "login failed for S3cretPW", "nvidia_driver_mirror_password": "x",
            "items": ["http://u:other@h/", {"k": "S3cretPW"}], "n": 3}  # fmt: skip
-    clean = secrets.scrub_data(doc)
+    clean = credentials.scrub_data(doc)
     text = json.dumps(clean)
     assert "S3cretPW" not in text and "other" not in text
-    assert clean["n"] == 3 and clean["nvidia_driver_mirror_password"] == secrets.MASK
+    assert clean["n"] == 3 and clean["nvidia_driver_mirror_password"] == credentials.MASK
 
 
 def test_split_extravars_keeps_secrets_out_of_the_plain_part():
-    plain, secret = secrets.split_extravars({
+    plain, secret = credentials.split_extravars({
         "nvidia_driver_version": "535.261.03-1",
         "nvidia_container_toolkit_mirror_password": "pw",
         "nvidia_driver_mirror_url": "http://u:p@mirror/cuda",
@@ -66,15 +66,15 @@ def test_split_extravars_keeps_secrets_out_of_the_plain_part():
 
 
 def test_environment_inputs_are_taken_out_of_the_environment(monkeypatch):
-    monkeypatch.setattr(secrets, "_from_env", None)
+    monkeypatch.setattr(credentials, "_from_env", None)
     monkeypatch.setenv("GPUSTACK_NVIDIA_CONTAINER_TOOLKIT_MIRROR_PASSWORD", "envPW-123")
     monkeypatch.setenv("GPUSTACK_NVIDIA_DRIVER_MIRROR_USERNAME", "bob")
-    got = secrets.environment_inputs()
+    got = credentials.environment_inputs()
     assert got == {"nvidia_container_toolkit_mirror_password": "envPW-123",
                    "nvidia_driver_mirror_username": "bob"}  # fmt: skip
     assert "GPUSTACK_NVIDIA_CONTAINER_TOOLKIT_MIRROR_PASSWORD" not in os.environ
-    assert secrets.environment_inputs() == got  # read once, kept
-    assert secrets.scrub("x envPW-123 y") == "x ******** y"
+    assert credentials.environment_inputs() == got  # read once, kept
+    assert credentials.scrub("x envPW-123 y") == "x ******** y"
 
 
 def test_runner_hands_secret_vars_over_in_a_0600_file(tmp_path, monkeypatch):
@@ -88,15 +88,15 @@ def test_runner_hands_secret_vars_over_in_a_0600_file(tmp_path, monkeypatch):
 
 
 def test_scrub_event_masks_in_place_and_says_so():
-    secrets.register("pw-event")
+    credentials.register("pw-event")
     event = {"event": "runner_on_failed", "event_data": {"res": {"msg": "bad pw-event"}}}
-    assert secrets.scrub_event(event) is True
+    assert credentials.scrub_event(event) is True
     assert event["event_data"]["res"]["msg"] == "bad ********"
-    assert secrets.scrub_event({"event": "runner_on_ok", "event_data": {"task": "x"}}) is False
+    assert credentials.scrub_event({"event": "runner_on_ok", "event_data": {"task": "x"}}) is False
 
 
 def test_output_documents_and_errors_are_scrubbed(capsys):
-    secrets.register("pw-out")
+    credentials.register("pw-out")
     output.print_json({"hosts": {"n1": {"failures": [{"message": "pw-out and http://u:v@h/"}]}}})
     output.print_error(BadInput("bad http://u:pw-out@h/x", "hint pw-out"))
     out, err = capsys.readouterr()
