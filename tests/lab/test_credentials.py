@@ -96,7 +96,8 @@ def lab(tmp_path_factory):
     yield {"inventory": inventory, "vars": varsfile, "work": work, "variables": variables,
            "password_file": password_file, "driver": driver}  # fmt: skip
     print("\ni17 lab timings (s):", json.dumps(TIMINGS, indent=2))
-    run_cli("lab", "down", "--name", LAB)
+    if not os.environ.get("GPUSTACK_I17_KEEP"):  # keep the nodes to look at them (then: lab down)
+        run_cli("lab", "down", "--name", LAB)
 
 
 def gpustack(lab, name: str, *args: str, env: dict | None = None, state: Path | None = None):
@@ -179,7 +180,8 @@ def test_install_with_credentialed_mirrors_leaves_the_password_nowhere(lab):
         text = ssh(
             lab["inventory"], host, "cat /etc/apt/auth.conf.d/gpustack-nvidia-cuda.conf"
         ).stdout
-        assert text == f"machine {DRIVER_BASE} login {USER} password {PASSWORD}\n"
+        # the protocol always (else apt uses it for https only), the repository's own path
+        assert text == f"machine {DRIVER_BASE}/debian12/x86_64 login {USER} password {PASSWORD}\n"
         sources = ssh(
             lab["inventory"], host, "cat /etc/apt/sources.list.d/gpustack-*.sources"
         ).stdout

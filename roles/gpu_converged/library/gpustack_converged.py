@@ -283,6 +283,7 @@ def record(module, params):
             fh.write(text)
         os.chmod(tmp, 0o600)  # root only: checksums of credential files are in it
         module.atomic_move(tmp, path)
+        os.chmod(path, 0o600)  # atomic_move gives a new file the umask's mode
     module.exit_json(changed=True, path=path)
 
 
