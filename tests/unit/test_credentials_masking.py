@@ -191,3 +191,27 @@ def test_driver_url_credentials_and_toolkit_madison():
                " nvidia-container-toolkit | 1.17.8-1 | http://m/ Packages\n")  # fmt: skip
     assert toolkit_filters.madison_versions(madison) == ["1.18.0-1", "1.17.8-1"]
     assert toolkit_filters.madison_versions("") == []
+
+
+def test_stamps_are_written_0600_and_rewritten_only_on_change(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    def record(content: str) -> dict:
+        args = tmp_path / "args.json"
+        args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {
+            "mode": "record", "dir": str(tmp_path / "converged"), "role": "nvidia_driver",
+            "stamp": {"content": content, "inputs": {}}}}))  # fmt: skip
+        module = ROOT / "roles/gpu_converged/library/gpustack_converged.py"
+        proc = subprocess.run([sys.executable, str(module), str(args)], capture_output=True,
+                              text=True)  # fmt: skip
+        return json.loads(proc.stdout)
+
+    assert record("a")["changed"] is True
+    stamp = tmp_path / "converged/nvidia_driver.json"
+    assert stat.S_IMODE(stamp.stat().st_mode) == 0o600
+    assert record("a")["changed"] is False
+    stamp.chmod(0o644)  # a stamp of an older gpustack: tightened on the next run
+    assert record("a")["changed"] is True and stat.S_IMODE(stamp.stat().st_mode) == 0o600
