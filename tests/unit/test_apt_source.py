@@ -215,7 +215,7 @@ def test_check_mode_changes_nothing_and_hides_credentials_in_the_diff(env, tmp_p
     assert rc == 0 and res["changed"] is True
     assert tree(env["root"]) == {}
     auth_diff = next(d for d in res["diff"] if d["after_header"].endswith(".conf"))
-    assert auth_diff["after"] == "(credentials, not shown)\n"
+    assert auth_diff["after"] == "(new credentials, not shown)\n"
     assert PASSWORD not in raw
 
 

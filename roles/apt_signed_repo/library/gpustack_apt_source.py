@@ -314,8 +314,8 @@ def present(module, files):
     if files["auth"] in changed:
         diff.append({
             "before_header": files["auth"], "after_header": files["auth"],
-            "before": "(credentials, not shown)\n" if before[files["auth"]] else "",
-            "after": "(credentials, not shown)\n" if auth is not None else "",
+            "before": "(current credentials, not shown)\n" if before[files["auth"]] else "",
+            "after": "(new credentials, not shown)\n" if auth is not None else "",
         })  # fmt: skip
     result = {"changed": bool(changed), "files": changed, "pending": pending or bool(changed),
               "refreshed": False, "rolled_back": False, "diff": diff}  # fmt: skip
