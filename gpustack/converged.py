@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
@@ -30,6 +31,8 @@ UNSET = "__unset__"
 LISTS_VALID_SECONDS = 3600
 # Extra variables the CLI passes: recording on (content hash) and the input names per role.
 CONTENT_VAR = "gpustack_converged_content"
+# How stamps record a secret (roles/gpu_converged/filter_plugins/gpu_converged.py).
+_SECRET_DIGEST = re.compile(r"<secret [^>]*>")
 INPUTS_VAR = "gpustack_converged_inputs"
 
 
@@ -157,10 +160,12 @@ def _input_reason(role: str, name: str, now: Any, then: Any) -> str:
     """Why an input differs; never a secret (stamps hold digests of secrets, never values)."""
     if credentials.is_secret_name(name) or name.endswith("_password_file"):
         return f"{role}: input {name} changed"
-    shown_now, shown_then = credentials.scrub_data(now), credentials.scrub_data(then)
-    if shown_now == shown_then:  # the difference is in credentials of a URL
+    shown_now, shown_then = (
+        _SECRET_DIGEST.sub("<secret>", json.dumps(credentials.scrub_data(v))) for v in (now, then)
+    )
+    if shown_now == shown_then:  # the difference is in the credentials of a URL
         return f"{role}: input {name} changed (credentials)"
-    return f"{role}: input {name} is {shown_now!r}, was {shown_then!r}"
+    return f"{role}: input {name} is {json.loads(shown_now)!r}, was {json.loads(shown_then)!r}"
 
 
 def _role_reasons(role, entry, preflight, resolved, content, lists_age) -> list[str]:

@@ -107,8 +107,8 @@ def test_output_documents_and_errors_are_scrubbed(capsys):
 def test_converged_reasons_never_show_a_secret():
     reason = converged._input_reason("r", "nvidia_driver_mirror_password", "<d1>", "<d2>")
     assert reason == "r: input nvidia_driver_mirror_password changed"
-    url_then = "http://secret-aa@h/x"  # as filter_plugins/gpu_converged.py records them
-    url_now = "http://secret-bb@h/x"
+    url_then = "http://h/x (credentials <secret pbkdf2-sha256:aa>)"  # as the stamps record them
+    url_now = "http://h/x (credentials <secret pbkdf2-sha256:bb>)"
     assert converged._input_reason("r", "x_url", url_now, url_then) == (
         "r: input x_url changed (credentials)"
     )
@@ -128,6 +128,10 @@ def test_stamp_inputs_hold_digests_that_change_with_the_secret(tmp_path):
     }
     first = stamp_filters.redact_inputs(inputs)
     text = json.dumps(first)
+    # the CLI's masking (events, output) must leave the digests alone, or a rotated password
+    # would look unchanged to the fast path
+    assert credentials.scrub_event({"event_data": {"res": first}}) is False
+    assert first["nvidia_driver_mirror_url"].startswith("http://h/cuda (credentials <secret ")
     assert not any(pw in text for pw in ("PlainPW-1", "FilePW-1", "UrlPW-1"))
     assert first["nvidia_driver_version"] == "535.261.03-1" and first["unset"] == "__unset__"
     assert stamp_filters.redact_inputs(inputs) == first  # stable: probe and record compare

@@ -43,11 +43,17 @@ def _file_content(path):
 
 
 def _redact_urls(name, text):
-    def repl(match):  # a URL-shaped token, so the CLI's URL masking still recognises it
-        token = _digest(name + ":url", match.group("userinfo"))
-        return match.group("scheme") + "secret-" + token.split(":")[1].rstrip(">") + "@"
+    """`scheme://user:pw@host/p` -> `scheme://host/p (credentials <secret ...>)`: no longer
+    URL-shaped credentials, so the CLI's masking of events and output leaves the digest alone
+    (it would mask every digest alike, and a changed password would go unnoticed)."""
+    digests = []
 
-    return USERINFO.sub(repl, text)
+    def repl(match):
+        digests.append(_digest(name + ":url", match.group("userinfo")))
+        return match.group("scheme")
+
+    clean = USERINFO.sub(repl, text)
+    return "%s (credentials %s)" % (clean, " ".join(digests)) if digests else text
 
 
 def redact_value(name, value):
