@@ -351,7 +351,7 @@ def present(module, files):
                 "Hint: %s"
                 % (
                     uri or "of " + files["source"],
-                    "; ".join(reasons[:3]) or "apt-get update failed",
+                    "; ".join(r.rstrip(". ") for r in reasons[:3]) or "apt-get update failed",
                     "%d file(s) restored" % len(restored) if restored else "nothing had changed",
                     HINTS[cause].format(inputs=inputs),
                 ),
