@@ -100,6 +100,7 @@ def fetch_failure(result, url, hint_inputs=""):
     said = " ".join(
         " ".join(str(result.get(k)) for k in ("response", "msg") if result.get(k)).split()
     )
+    said = said.replace("Request failed: ", "").replace(" Request failed", "").strip()
     probe = "%s %s" % (status or "", said)
     inputs = " (%s)" % hint_inputs if hint_inputs else ""
     for cause, pattern, hint in FETCH_CAUSES:
