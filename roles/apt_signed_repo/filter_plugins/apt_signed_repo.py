@@ -82,8 +82,8 @@ FETCH_CAUSES = (
     ("DNS", r"Name or service not known|resolution|resolve|getaddrinfo|nodename",
      "the node cannot resolve the host name: check the name or the node's DNS (/etc/resolv.conf)"),
     ("TLS", r"SSL|CERTIFICATE|certificate|TLS|handshake",
-     "TLS failed: install the mirror's CA certificate on the node (update-ca-certificates) or fix "
-     "the certificate"),
+     "the TLS handshake did not succeed: install the mirror's CA certificate on the node "
+     "(update-ca-certificates) or fix the certificate"),
     ("connection", r"refused|timed out|unreachable|No route|Connection|connect",
      "the node cannot reach the host: is the server running, the port right, a firewall or "
      "proxy in the way?"),

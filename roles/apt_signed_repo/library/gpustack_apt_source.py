@@ -87,7 +87,7 @@ HINTS = {
     "(/etc/resolv.conf), or use an IP address",
     "connect": "the node cannot reach the mirror: is it running, is the port right, is a firewall "
     "or a proxy (Acquire::http::Proxy) in the way?",
-    "tls": "TLS failed: install the mirror's CA certificate on the node "
+    "tls": "the TLS handshake did not succeed: install the mirror's CA certificate on the node "
     "(update-ca-certificates) or fix the mirror's certificate",
     "signature": "the repository is not signed by the pinned key: check the key URL and the "
     "fingerprint",
