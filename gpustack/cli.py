@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from typing import Annotated
 
@@ -9,6 +10,7 @@ import typer
 
 from gpustack import __version__, commands, output
 from gpustack.errors import ExitCode, GpustackError
+from gpustack.inventory import inventory_source
 
 try:  # typer >= 0.26 vendors click; older releases use the click package
     from typer._click import exceptions as click_exceptions
@@ -30,6 +32,16 @@ app.add_typer(lab_app, name="lab")
 Inventory = Annotated[
     str, typer.Argument(help="Ansible inventory (INI or YAML).", show_default=False)
 ]
+LocalOrInventory = Annotated[
+    str | None,
+    typer.Argument(
+        help="Ansible inventory (INI or YAML); leave out with --local.", show_default=False
+    ),
+]
+Local = Annotated[
+    bool,
+    typer.Option("--local", help="This machine, no SSH (localhost ansible_connection=local)."),
+]
 Limit = Annotated[str | None, typer.Option("--limit", "-l", help="Ansible host pattern.")]
 ExtraVars = Annotated[
     list[str] | None,
@@ -49,6 +61,13 @@ Verbose = Annotated[int, typer.Option("--verbose", "-v", count=True, help="More 
 Full = Annotated[
     bool,
     typer.Option("--full", help="Run the whole play on every host (no converged-host fast path)."),
+]
+Wait = Annotated[
+    bool,
+    typer.Option(
+        "--wait",
+        help="If another gpustack run is changing these hosts, wait for it (default: refuse).",
+    ),
 ]
 Junit = Annotated[
     str | None,
@@ -93,13 +112,16 @@ def install(
     verbose: Verbose = 0,
     junit: Junit = None,
     full: Full = False,
+    wait: Wait = False,
 ) -> None:
     """Install the GPU host stack on every target host; with a kubeconfig, the Kubernetes side."""
+    opts = _opts(
+        inventory, limit, extra_vars, tags, skip_tags, kubeconfig, output_, report, verbose
+    )
+    opts.wait = wait
     _exit(
         commands.install(
-            _opts(
-                inventory, limit, extra_vars, tags, skip_tags, kubeconfig, output_, report, verbose
-            ),
+            opts,
             check=check,
             diff=diff,
             junit=junit,
@@ -110,7 +132,8 @@ def install(
 
 @app.command()
 def plan(
-    inventory: Inventory,
+    inventory: LocalOrInventory = None,
+    local: Local = False,
     limit: Limit = None,
     extra_vars: ExtraVars = None,
     tags: Tags = "",
@@ -122,6 +145,7 @@ def plan(
     full: Full = False,
 ) -> None:
     """Show what install would change (check + diff); change nothing."""
+    inventory = inventory_source(inventory, local)
     _exit(
         commands.plan(
             _opts(
@@ -134,7 +158,8 @@ def plan(
 
 @app.command()
 def doctor(
-    inventory: Inventory,
+    inventory: LocalOrInventory = None,
+    local: Local = False,
     limit: Limit = None,
     extra_vars: ExtraVars = None,
     output_: Output = "text",
@@ -142,6 +167,7 @@ def doctor(
     verbose: Verbose = 0,
 ) -> None:
     """Read every host (read-only) and list problems with hints."""
+    inventory = inventory_source(inventory, local)
     _exit(
         commands.doctor_cmd(
             _opts(inventory, limit, extra_vars, "", "", None, output_, report, verbose)
@@ -151,7 +177,8 @@ def doctor(
 
 @app.command()
 def status(
-    inventory: Inventory,
+    inventory: LocalOrInventory = None,
+    local: Local = False,
     limit: Limit = None,
     extra_vars: ExtraVars = None,
     kubeconfig: Kubeconfig = None,
@@ -160,6 +187,7 @@ def status(
     verbose: Verbose = 0,
 ) -> None:
     """One row per node: OS, GPUs, driver, runtime (read-only)."""
+    inventory = inventory_source(inventory, local)
     _exit(
         commands.status(
             _opts(inventory, limit, extra_vars, "", "", kubeconfig, output_, report, verbose)
@@ -169,7 +197,8 @@ def status(
 
 @app.command()
 def verify(
-    inventory: Inventory,
+    inventory: LocalOrInventory = None,
+    local: Local = False,
     limit: Limit = None,
     extra_vars: ExtraVars = None,
     kubeconfig: Kubeconfig = None,
@@ -179,8 +208,33 @@ def verify(
     junit: Junit = None,
 ) -> None:
     """Check every GPU node end to end: host facts (read-only), capacity, a GPU pod, metrics."""
+    inventory = inventory_source(inventory, local)
     opts = _opts(inventory, limit, extra_vars, "", "", kubeconfig, output_, report, verbose)
     _exit(commands.verify(opts, junit=junit))
+
+
+@app.command()
+def smoke(
+    inventory: LocalOrInventory = None,
+    local: Local = False,
+    image: Annotated[
+        str | None,
+        typer.Option("--image", help="Local image for the container check (none: skip it)."),
+    ] = None,
+    capture: Annotated[
+        str | None,
+        typer.Option("--capture", help="Write masked tool outputs under DIR.", metavar="DIR"),
+    ] = None,
+    limit: Limit = None,
+    extra_vars: ExtraVars = None,
+    output_: Output = "text",
+    report: Report = None,
+    verbose: Verbose = 0,
+) -> None:
+    """Read-only smoke suite of each GPU host with NVIDIA's own tools (docs/gpu-hosts.md)."""
+    inventory = inventory_source(inventory, local)
+    opts = _opts(inventory, limit, extra_vars, "", "", None, output_, report, verbose)
+    _exit(commands.smoke(opts, image=image, capture=capture))
 
 
 @app.command()
@@ -244,6 +298,7 @@ def upgrade(
     output_: Output = "text",
     report: Report = None,
     verbose: Verbose = 0,
+    wait: Wait = False,
 ) -> None:
     """Rolling, drain-aware, resumable driver upgrade of the fleet (docs/upgrade.md)."""
     from gpustack.upgrade.command import UpgradeOptions, run_upgrade
@@ -252,7 +307,7 @@ def upgrade(
         inventory, driver_version, driver_branch, max_unavailable, max_parallel, canary,
         canary_pause, yes, drain, pod_selector, wait_for_jobs_timeout, pod_deletion_timeout,
         force, drain_timeout, validation_timeout, max_failures, resume, retry_failed, dry_run,
-        kubeconfig, limit, extra_vars, output_, report, verbose,
+        kubeconfig, limit, extra_vars, output_, report, verbose, wait,
     )  # fmt: skip
     _exit(run_upgrade(options))
 
@@ -271,9 +326,11 @@ def uninstall(
     output_: Output = "text",
     report: Report = None,
     verbose: Verbose = 0,
+    wait: Wait = False,
 ) -> None:
     """Remove what gpustack installed, in reverse lifecycle order."""
     opts = _opts(inventory, limit, extra_vars, "", "", kubeconfig, output_, report, verbose)
+    opts.wait = wait
     _exit(commands.uninstall(opts, components, yes))
 
 
@@ -353,10 +410,29 @@ def _root(
         raise typer.Exit(0)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM: stops a run exactly as Ctrl-C does (children stopped, report), exit 143."""
+
+
+_TERM = {"seen": False}
+
+
+def _on_sigterm(signum, frame) -> None:
+    if _TERM["seen"]:
+        return  # the run is stopping already; a second SIGTERM must not cut its report short
+    _TERM["seen"] = True
+    raise Terminated()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: every predictable failure leaves here as Error + Hint + exit code."""
+    terminated = False
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         code = app(args=argv, standalone_mode=False)
+    except Terminated:
+        output.stderr.print("Terminated (SIGTERM).")
+        code = int(ExitCode.TERMINATED)
     except GpustackError as error:
         output.print_error(error)
         code = int(error.exit_code)
@@ -375,7 +451,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         output.stderr.print("Canceled.")
         code = int(ExitCode.CANCELED)
+    finally:
+        terminated = _TERM["seen"]
+        signal.signal(signal.SIGTERM, previous)
     code = 0 if code is None else int(code)
+    if terminated and code in (ExitCode.CANCELED, ExitCode.TERMINATED):
+        if code == ExitCode.CANCELED:  # stopped inside a command: say why, as Ctrl-C's report does
+            output.stderr.print("Terminated (SIGTERM).")
+        code = int(ExitCode.TERMINATED)
     if argv is None:
         sys.exit(code)
     return code

@@ -32,12 +32,15 @@ class HostOptions:
     output: str = "text"
     report: str | None = None
     verbose: int = 0
+    wait: bool = False  # commands that change hosts: wait for another run's host locks
 
 
-def _validate(opts: HostOptions):
+def _validate(opts: HostOptions, outputs: tuple[str, ...] = OUTPUTS):
     """All input checks happen here, before anything runs on a host."""
-    if opts.output not in OUTPUTS:
-        raise BadInput(f"unknown --output {opts.output!r}", "use --output text or --output json")
+    if opts.output not in outputs:
+        raise BadInput(
+            f"unknown --output {opts.output!r}", f"use --output {' or --output '.join(outputs)}"
+        )
     if opts.report:
         _check_writable(opts.report)
     # credentials from GPUSTACK_* environment variables (gpustack/credentials.py); -e wins
@@ -80,6 +83,21 @@ def play(playbook: str, inventory, variables: dict, opts: HostOptions, title: st
     )
     with output.LiveProgress(title, opts.verbose) as progress:
         return runner.run_playbook(spec, on_update=progress.update)
+
+
+def host_locks(opts: HostOptions, inventory, check: bool = False):
+    """The host locks of a run that changes hosts (none for check mode); see gpustack/locks.py."""
+    import contextlib
+
+    from gpustack import locks
+
+    if check:
+        return contextlib.nullcontext()
+
+    def waiting(busy) -> None:
+        output.stderr.print(f"Waiting: {locks.refusal(busy).message}", soft_wrap=True)
+
+    return locks.hold(inventory, locks.command_line(), wait=opts.wait, on_wait=waiting)
 
 
 def _run(
@@ -126,12 +144,13 @@ def install(
         session = flow.prepare(validated[2], validated[0], validated[1])
     from gpustack import fastpath
 
-    result = fastpath.run_site(opts, validated, "gpustack install", check, diff, full)
     extra: dict = {"check_mode": check}
     k8s = None
-    if session and result.status != "canceled":
-        k8s = flow.install(session, result, check=check)
-        extra["kubernetes"] = k8s.to_dict()
+    with host_locks(opts, validated[0], check):
+        result = fastpath.run_site(opts, validated, "gpustack install", check, diff, full)
+        if session and result.status != "canceled":
+            k8s = flow.install(session, result, check=check)
+            extra["kubernetes"] = k8s.to_dict()
     code = _finish("install", opts, result, extra, text=_cluster_text(result, k8s, opts))
     _write_junit(junit, "gpustack install", result, k8s)
     if code == ExitCode.OK and k8s is not None and not k8s.passed:
@@ -197,19 +216,37 @@ def plan(opts: HostOptions, full: bool = False) -> int:
     )
 
 
+def _runtime_classes(inventory, extravars: dict) -> dict[str, str]:
+    """gpustack_k8s_runtime_class per host as a play sees it ("nvidia" when unset)."""
+    key = "gpustack_k8s_runtime_class"
+    if key in extravars:
+        return {host: str(extravars[key] or "") for host in inventory.hosts}
+    from gpustack.manifests_vars import inventory_k8s_vars
+
+    try:
+        found = inventory_k8s_vars(inventory)
+    except BadInput:  # a templated value: `install` reports it; doctor assumes the default
+        found = {}
+    return {h: str((found.get(h) or {}).get(key, "nvidia") or "") for h in inventory.hosts}
+
+
 def doctor_cmd(opts: HostOptions) -> int:
-    result, _, extravars, _ = _run(opts, "preflight.yml", "gpustack doctor")
+    result, inventory, extravars, _ = _run(opts, "preflight.yml", "gpustack doctor")
     require_gpu = str(extravars.get("gpustack_require_gpu", "false")).lower() in (
         "1",
         "true",
         "yes",
     )
+    runtime_classes = _runtime_classes(inventory, extravars)
     problems = [
         p
         for name, host in result.hosts.items()
         if not host.unreachable
-        for p in doctor.find_problems(name, host.facts, require_gpu)
+        for p in doctor.find_problems(
+            name, host.facts, require_gpu, runtime_classes.get(name, "nvidia")
+        )
     ]
+    problems = doctor.run_problems(result.hosts) + problems
     extra = {"problems": [p.__dict__ for p in problems]}
     code = result.exit_code
     if code == ExitCode.OK and any(p.severity == "error" for p in problems):
@@ -219,7 +256,7 @@ def doctor_cmd(opts: HostOptions) -> int:
         opts,
         result,
         extra,
-        text=lambda: (output.print_fleet(result, problems), _print_unreachable(result)),
+        text=lambda: output.print_fleet(result, problems),
         code=code,
     )
 
@@ -227,7 +264,7 @@ def doctor_cmd(opts: HostOptions) -> int:
 def status(opts: HostOptions) -> int:
     from gpustack import fleet, fleet_view
 
-    validated = _validate(opts)
+    validated = _validate(opts, (*OUTPUTS, "wide"))
     inventory, extravars, kubeconfig = validated
     session = None
     if kubeconfig:  # reach the cluster before any host is contacted
@@ -236,7 +273,12 @@ def status(opts: HostOptions) -> int:
         session = cluster_status.prepare(kubeconfig, inventory, extravars)
     result, *_ = _run(opts, "status.yml", "gpustack status", validated=validated)
     k8s = cluster_status.read_nodes(session) if session else None
-    rows = fleet.status_rows(result.hosts, k8s, fleet.upgrade_states(inventory.path))
+    rows = fleet.status_rows(
+        result.hosts,
+        k8s,
+        fleet.upgrade_states(inventory.path),
+        None if k8s else fleet.upgrade_target(inventory.path),
+    )
     extra = {
         "nodes": {row.host: row.to_dict() for row in rows},
         "drift": {row.host: row.drift for row in rows if row.drift},
@@ -249,7 +291,45 @@ def status(opts: HostOptions) -> int:
         opts,
         result,
         extra,
-        text=lambda: (fleet_view.print_status(rows, k8s is not None), _print_unreachable(result)),
+        text=lambda: (
+            fleet_view.print_status(rows, k8s is not None, wide=opts.output == "wide"),
+            _print_unreachable(result),
+        ),
+        code=code,
+    )
+
+
+def smoke(opts: HostOptions, image: str | None = None, capture: str | None = None) -> int:
+    """Read-only smoke suite (docs/gpu-hosts.md): the probe play, then the controller's checks."""
+    from gpustack.smoke import checks, view
+
+    if image:
+        opts.extra_vars = [*opts.extra_vars, json.dumps({"gpu_smoke_image": image})]
+    if capture:
+        if Path(capture).expanduser().exists() and not Path(capture).expanduser().is_dir():
+            raise BadInput(f"--capture {capture} is not a directory", "pass a directory path")
+        _check_writable(str(Path(capture).expanduser() / "x"))
+    result, *_ = _run(opts, "smoke.yml", "gpustack smoke (read-only)")
+    hosts = [checks.host_smoke(name, host.facts) for name, host in result.hosts.items()]
+    extra: dict = {"smoke": {h.host: h.to_dict() for h in hosts}}
+    if capture:
+        from datetime import date
+
+        from gpustack import __version__
+        from gpustack.smoke.capture import write_capture
+
+        extra["captures"] = {
+            h.host: str(write_capture(Path(capture).expanduser(), h.host,
+                                      result.hosts[h.host].facts, h, __version__, date.today()))
+            for h in hosts if h.verdict != "not run"
+        }  # fmt: skip
+    code = checks.exit_code(int(result.exit_code), hosts)
+    return _finish(
+        "smoke",
+        opts,
+        result,
+        extra,
+        text=lambda: (view.print_smoke(hosts, opts.verbose), _print_unreachable(result)),
         code=code,
     )
 
@@ -313,7 +393,8 @@ def uninstall(opts: HostOptions, components: str, yes: bool) -> int:
         *opts.extra_vars,
         json.dumps({"gpustack_uninstall_components": host_components}),
     ]
-    result, *_ = _run(opts, "uninstall.yml", "gpustack uninstall")
+    with host_locks(opts, inventory):
+        result, *_ = _run(opts, "uninstall.yml", "gpustack uninstall")
     return _finish("uninstall", opts, result, extra)
 
 

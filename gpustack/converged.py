@@ -232,6 +232,10 @@ def decide(host: str, facts: dict[str, Any], content: str) -> Decision:
             role, entry, preflight, resolved, content, probe.get("apt_lists_age")
         )
         published.update((entry.get("stamp") or {}).get("published") or {})
+    loaded = facts.get("gpustack_runtime_loaded") or {}
+    if loaded.get("restart_pending"):
+        reasons.append("container_runtime: restart pending (a run stopped before restarting)")
+    reasons += [f"container_runtime: {d}" for d in loaded.get("differences") or []]
     return Decision(host, not reasons, reasons, published if not reasons else {})
 
 

@@ -62,7 +62,41 @@ def runtime_summary(pf: dict[str, Any]) -> str:
     return text
 
 
-def find_problems(host: str, facts: dict[str, Any], require_gpu: bool = False) -> list[Problem]:
+def cri_dockerd_refusal(pf: dict[str, Any], runtime_class: str = "nvidia") -> Problem | None:
+    """A node whose kubelet reaches Docker through cri-dockerd and pods need a RuntimeClass:
+    an error when that cri-dockerd cannot run one (before 0.4.0, Mirantis/cri-dockerd#350),
+    a warning when its version is unknown; None otherwise. docs/runtime.md, "Docker nodes"."""
+    shim = pf.get("cri_dockerd") or {}
+    if not shim.get("serves_kubelet") or not runtime_class or shim.get("runtime_handlers"):
+        return None
+    hint = (
+        "upgrade cri-dockerd to 0.4.0 or later; or move the node to containerd; or make nvidia "
+        "Docker's default runtime (container_runtime_nvidia_default=true) and set "
+        'gpustack_k8s_runtime_class="" (docs/runtime.md, Docker nodes)'
+    )
+    if shim.get("runtime_handlers") is None:
+        return Problem(
+            "",
+            "warning",
+            "the kubelet runs pods in Docker through cri-dockerd of unknown version: "
+            f"RuntimeClass handler {runtime_class!r} works only with cri-dockerd 0.4.0 or later",
+            "check `cri-dockerd --version`; " + hint,
+        )
+    return Problem(
+        "",
+        "error",
+        f"the kubelet runs pods in Docker through cri-dockerd {shim.get('version')}, which "
+        f"refuses RuntimeClass handler {runtime_class!r} (handlers other than Docker's default "
+        "need cri-dockerd 0.4.0 or later), so no GPU pod would start",
+        hint,
+    )
+
+
+def find_problems(
+    host: str, facts: dict[str, Any], require_gpu: bool = False, runtime_class: str = "nvidia"
+) -> list[Problem]:
+    """Problems with hints for one host. `runtime_class` is gpustack_k8s_runtime_class
+    ("" when pods use the node's default runtime)."""
     pf = preflight(facts)
     if not pf:
         return [
@@ -163,6 +197,9 @@ def find_problems(host: str, facts: dict[str, Any], require_gpu: bool = False) -
                 f"{runtime} is installed but not running",
                 f"start it: systemctl enable --now {runtime}",
             )
+    refusal = cri_dockerd_refusal(pf, runtime_class)
+    if refusal:
+        add(refusal.severity, refusal.message, refusal.hint)
     if (pf.get("kubelet") or {}).get("present") and not runtime:
         add(
             "warning",
@@ -170,3 +207,31 @@ def find_problems(host: str, facts: dict[str, Any], require_gpu: bool = False) -
             "the kubelet needs a CRI runtime (containerd or CRI-O)",
         )
     return out
+
+
+def run_problems(hosts: dict[str, Any]) -> list[Problem]:
+    """A host doctor could not read is a problem, never "no problems" (HostResult-like values)."""
+    found = []
+    for name, host in hosts.items():
+        if getattr(host, "unreachable", False):
+            found.append(
+                Problem(
+                    name,
+                    "error",
+                    f"unreachable: {' '.join(str(host.unreachable_message).split())[:300]}",
+                    "check the address, SSH user and key in the inventory "
+                    f"(`ssh` to it by hand); nothing was read from {name}",
+                )
+            )
+        elif getattr(host, "failed", 0):
+            last = host.failures[-1] if host.failures else None
+            found.append(
+                Problem(
+                    name,
+                    "error",
+                    "preflight failed: "
+                    + (f"{last.task}: {last.message}" if last else "see the artifacts"),
+                    "see the run's artifacts (printed below) for the full error",
+                )
+            )
+    return found

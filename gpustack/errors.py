@@ -14,7 +14,9 @@ class ExitCode(IntEnum):
     VERIFY_FAILED = 3
     UNREACHABLE = 4
     DRIFT = 5
+    BUSY = 6
     CANCELED = 130
+    TERMINATED = 143
 
 
 class GpustackError(Exception):

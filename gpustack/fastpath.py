@@ -14,7 +14,7 @@ from gpustack import converged
 from gpustack.commands import play as _play
 from gpustack.results import HostResult, RunResult
 
-PROBE_FACTS = ("gpustack_converged_probe", "gpustack_converged_desired")
+PROBE_FACTS = ("gpustack_converged_probe", "gpustack_converged_desired", "gpustack_runtime_loaded")
 
 
 def _skipped(host: HostResult, decision: converged.Decision) -> HostResult:

@@ -144,6 +144,10 @@ def node_status(
             drift.append(f"driver installed {installed}, pinned {want.pinned}")
         if not held:
             drift.append(f"driver package {installed_pkg} not held")
+        row.driver["companions"] = companions(installed, st_driver)
+        for name, entry in row.driver["companions"].items():
+            if not entry["ok"]:
+                drift.append(f"companion {name} {entry['installed']}: {entry['problem']}")
         if row.gpu_count and not loaded:
             drift.append(f"driver {installed} not loaded")
         elif loaded and loaded != upstream(installed):
@@ -182,6 +186,17 @@ def node_status(
             binary = inputs.get("container_runtime_nvidia_binary") or ""
             drift.append(f"runtime binary {binary} missing")
 
+    loaded = facts.get("gpustack_runtime_loaded") or {}
+    if kind == "containerd" and loaded:
+        row.runtime["restart_needed"] = bool(
+            loaded.get("restart_pending") or loaded.get("differences")
+        )
+        row.runtime["loaded"] = loaded
+        if loaded.get("restart_pending"):
+            drift.append("containerd: restart pending (gpustack wrote its files, no restart since)")
+        for difference in loaded.get("differences") or []:
+            drift.append(f"containerd runs another configuration than its files: {difference}")
+
     if st.get("reboot_required_file"):
         row.reboot_required = True
 
@@ -189,6 +204,37 @@ def node_status(
     if k8s_expected:
         drift.extend(kubernetes_drift(row.gpu_count, kubernetes))
     return row
+
+
+# Packages of the driver's release that come from other source packages (Debian, Ubuntu,
+# NVIDIA's repositories); install pins and holds those installed (roles/nvidia_driver vars).
+COMPANIONS = ("nvidia-persistenced", "nvidia-modprobe", "nvidia-settings", "nvidia-xconfig")
+
+
+def companions(driver_installed: str, st_driver: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per installed companion package: its version, its pin, and whether it matches the driver
+    (pinned by gpustack to the version released with the driver, held, on the driver's branch)."""
+    packages = st_driver.get("packages") or {}
+    pinned = st_driver.get("pins") or {}
+    held = set(st_driver.get("held") or [])
+    branch = upstream(driver_installed).split(".")[0]
+    found: dict[str, dict[str, Any]] = {}
+    for name in COMPANIONS:
+        version = packages.get(name)
+        if not version:
+            continue
+        pin = pinned.get(name)
+        problem = ""
+        if upstream(version).split(".")[0] != branch:
+            problem = f"not of the driver's branch {branch}"
+        elif not pin:
+            problem = f"not pinned with driver {driver_installed}"
+        elif _bare(pin) != _bare(version):
+            problem = f"pinned {pin} (released with the driver)"
+        elif name not in held:
+            problem = "not held"
+        found[name] = {"installed": version, "pinned": pin, "ok": not problem, "problem": problem}
+    return found
 
 
 def kubernetes_drift(gpu_count: int, k8s: dict[str, Any] | None) -> list[str]:
@@ -207,6 +253,7 @@ def status_rows(
     hosts: dict[str, Any],
     kubernetes: dict[str, dict[str, Any]] | None = None,
     upgrade_states: dict[str, str] | None = None,
+    upgrade_target: Any = None,
 ) -> list[NodeStatus]:
     """Rows for every host of a run (`hosts`: name -> HostResult-like with `.facts`)."""
     rows = []
@@ -216,11 +263,29 @@ def status_rows(
         if k8s and k8s.get("upgrade_state"):
             state = k8s["upgrade_state"]
         row = node_status(name, host.facts, k8s, state, k8s_expected=kubernetes is not None)
+        installed = row.driver.get("installed")
+        moved = upgrade_target is not None and installed and not upgrade_target.matches(installed)
+        if state == "upgrade-done" and moved:  # e.g. another run changed it since
+            row.drift.append(
+                f"upgrade to {upgrade_target.describe()} recorded done, "
+                f"driver installed {installed}"
+            )
         if getattr(host, "unreachable", False):
             row.reachable = False
             row.error = host.unreachable_message or "unreachable"
         rows.append(row)
     return rows
+
+
+def upgrade_target(inventory: Path):
+    """The target (gpustack.upgrade.state.Target) of this inventory's recorded host-only upgrade."""
+    from gpustack.upgrade.state import FileStateStore, state_path_for
+
+    try:
+        run = FileStateStore(state_path_for(inventory)).load()
+    except BadInput:
+        return None
+    return run.target if run else None
 
 
 def upgrade_states(inventory: Path) -> dict[str, str]:

@@ -5,14 +5,20 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
+import socket
+import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gpustack import paths
 from gpustack.errors import BadInput
 
 TARGET_GROUP = "gpu_nodes"
+LOCAL_FILE = "local-inventory.ini"
 _ENABLED_PLUGINS = ("ini", "yaml")
 _PARSE_HINT = "check the INI/YAML syntax; `ansible-inventory -i PATH --graph` shows Ansible's view"
 
@@ -87,6 +93,7 @@ def load_inventory(path: str | Path, limit: str | None = None) -> Inventory:
             else f"add hosts, ideally under a [{TARGET_GROUP}] group",
         )
     if limit:
+        check_limit(limit, manager, hosts)
         with contextlib.redirect_stderr(io.StringIO()):  # ansible warns on unmatched patterns
             manager.subset(limit)
             limited = {h.name for h in manager.get_hosts(group)}
@@ -99,6 +106,48 @@ def load_inventory(path: str | Path, limit: str | None = None) -> Inventory:
         hosts = chosen
     hostvars = {h: dict(manager.get_host(h).get_vars()) for h in hosts}
     return Inventory(path=inv_path, target_group=group, hosts=hosts, hostvars=hostvars)
+
+
+_LIMIT_HINT = (
+    "Ansible patterns: names or globs (gpu0*), groups, ranges (gpu[01:04]), ~regex, "
+    "!exclude, &intersect, joined by commas; e.g. --limit 'gpu0*,!gpu03'"
+)
+_NAME = re.compile(r"^[\w.*?@/:-]+(\[[\w.*?:!-]*\])?[\w.*?@/:-]*$")
+
+
+def check_limit(limit: str, manager, hosts: list[str]) -> None:
+    """Refuse a --limit Ansible would not read the way it was meant: a malformed element (Ansible
+    would silently take it as a literal name, or an exclusion of nothing, and match every host)
+    or an element that matches no host at all (a typo)."""
+    from ansible.inventory.manager import split_host_pattern
+
+    unbalanced = "~" not in limit and limit.count("[") != limit.count("]")
+    if unbalanced or not limit.strip():
+        raise BadInput(
+            f"--limit {limit!r} is not a valid host pattern (unbalanced [ ])", _LIMIT_HINT
+        )
+    for element in split_host_pattern(limit):
+        body = element[1:] if element[:1] in "!&" else element
+        valid = bool(body) and body[:1] not in "!&"
+        if valid and body.startswith("~"):
+            try:
+                re.compile(body[1:])
+            except re.error as exc:
+                raise BadInput(
+                    f"--limit element {element!r}: invalid regular expression ({exc})", _LIMIT_HINT
+                ) from None
+        elif valid:
+            valid = bool(_NAME.match(body))
+        if not valid:
+            raise BadInput(f"--limit element {element!r} is not a valid host pattern", _LIMIT_HINT)
+        with contextlib.redirect_stderr(io.StringIO()):
+            matched = manager.get_hosts(body)
+        if not matched:
+            shown = f"{', '.join(hosts[:10])}{' …' if len(hosts) > 10 else ''}"
+            raise BadInput(
+                f"--limit element {element!r} matches no host or group of the inventory",
+                f"hosts: {shown}",
+            )
 
 
 def _readable(path: Path) -> bool:
@@ -137,3 +186,55 @@ def resolved_vars(inventory: Inventory, keep: Callable[[str], bool]) -> dict[str
         every = variables.get_vars(host=manager.get_host(name), include_hostvars=False)
         found[name] = {k: plain(v) for k, v in every.items() if keep(k)}
     return found
+
+
+def local_inventory_text(node_name: str, python: str) -> str:
+    """The inventory `--local` stands for: this machine over Ansible's local connection.
+
+    Modules run with gpustack's own interpreter (`ansible_playbook_python`, as for Ansible's
+    implicit localhost): interpreter discovery may pick a broken shim on a workstation."""
+    return (
+        "# Written by `gpustack --local`: this machine, Ansible's local connection, no SSH.\n"
+        "# k8s_node_name: the Kubernetes Node this machine is (verify, status --kubeconfig).\n"
+        f"[{TARGET_GROUP}]\n"
+        f"localhost ansible_connection=local ansible_python_interpreter={python} "
+        f"k8s_node_name={node_name}\n"
+    )
+
+
+def inventory_source(path: str | None, local: bool) -> str:
+    """The inventory a command acts on: the one given, or with --local a generated one."""
+    if local and path:
+        raise BadInput(
+            f"both an inventory ({path}) and --local were given",
+            "--local acts on this machine alone: drop the INVENTORY argument or --local",
+        )
+    if local:
+        return str(write_local_inventory())
+    if not path:
+        raise BadInput(
+            "Missing argument 'INVENTORY'.",
+            "pass an Ansible inventory, or --local to act on this machine without SSH",
+        )
+    return path
+
+
+def write_local_inventory(directory: Path | None = None) -> Path:
+    """Write (when it differs) the --local inventory under gpustack's state directory."""
+    directory = directory or paths.state_root()
+    target = directory / LOCAL_FILE
+    text = local_inventory_text(socket.gethostname().lower(), sys.executable)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        if not target.is_file() or target.read_text(encoding="utf-8") != text:
+            with tempfile.NamedTemporaryFile(
+                "w", dir=directory, prefix=".local-", delete=False, encoding="utf-8"
+            ) as handle:
+                handle.write(text)
+            os.replace(handle.name, target)
+    except OSError as exc:
+        raise BadInput(
+            f"cannot write the --local inventory in {directory}: {exc.strerror}",
+            "set GPUSTACK_STATE_DIR to a writable directory",
+        ) from None
+    return target

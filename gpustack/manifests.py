@@ -119,18 +119,33 @@ def _security_context(config: ClusterConfig) -> dict[str, Any]:
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
-def render(config: ClusterConfig, *, servicemonitor: bool = False) -> list[dict[str, Any]]:
+def _plugin_security_context(config: ClusterConfig) -> dict[str, Any]:
+    # As the chart's compatWithCPUManager: passing device specs to the kubelet needs the
+    # plugin to see every /dev/nvidia* node (nvidia-device-plugin.securityContext helper).
+    if config.compat_with_cpu_manager:
+        return {"privileged": True}
+    return _security_context(config)
+
+
+def render(
+    config: ClusterConfig, *, servicemonitor: bool = False, nfd_api: bool = False
+) -> list[dict[str, Any]]:
     """Every object gpustack applies, in apply order (namespace first).
 
     `servicemonitor`: include dcgm-exporter's ServiceMonitor; the cluster code passes True
     only when the servicemonitors.monitoring.coreos.com CRD exists.
+    `nfd_api`: whether the cluster serves NFD's NodeFeature API (decides GFD's mode when
+    `gfd_mode` is auto; without a cluster, as for `gpustack manifests`, it is False).
     """
     objects = [
         _render_template(
             "namespace.yaml.j2", config=config, labels={**COMMON_LABELS, **POD_SECURITY_LABELS}
         ),
-        _render_template("runtimeclass.yaml.j2", config=config, labels=dict(COMMON_LABELS)),
     ]
+    if config.runtime_class:  # empty: nvidia is the nodes' default runtime, no class needed
+        objects.append(
+            _render_template("runtimeclass.yaml.j2", config=config, labels=dict(COMMON_LABELS))
+        )
     plugin_text = yaml.safe_dump(plugin_config(config), sort_keys=False)
     plugin_hash = _hash(plugin_text)
     labels, _ = _labels("nvidia-device-plugin", "device-plugin")
@@ -148,6 +163,7 @@ def render(config: ClusterConfig, *, servicemonitor: bool = False) -> list[dict[
         "tolerations": GPU_TOLERATIONS,
         "mps_root": MPS_ROOT,
         "security_context": _security_context(config),
+        "plugin_security_context": _plugin_security_context(config),
     }
 
     def daemonset(template: str, name: str, component: str) -> dict[str, Any]:
@@ -168,16 +184,38 @@ def render(config: ClusterConfig, *, servicemonitor: bool = False) -> list[dict[
             )
         )
     if config.gfd_enabled:
-        objects.append(
-            daemonset(
-                "gpu-feature-discovery/daemonset.yaml.j2",
-                "gpu-feature-discovery",
-                "gpu-feature-discovery",
-            )
-        )
+        objects.extend(_gfd(config, shared, nfd_api))
     if config.dcgm_exporter_enabled:
         objects.extend(_dcgm_exporter(config, servicemonitor))
     return objects
+
+
+GFD_NAME = "gpu-feature-discovery"
+
+
+def _gfd(config: ClusterConfig, shared: dict[str, Any], nfd_api: bool) -> list[dict[str, Any]]:
+    """GFD's ServiceAccount, Role, RoleBinding and DaemonSet (design: docs/kubernetes.md).
+
+    The RBAC objects are rendered in both modes so the object set does not depend on the
+    cluster; in feature-file mode the pod does not mount the token.
+    """
+    labels, selector = _labels(GFD_NAME, GFD_NAME)
+    rbac = [
+        _render_template(
+            f"gpu-feature-discovery/{name}.yaml.j2", config=config, name=GFD_NAME, labels=labels
+        )
+        for name in ("serviceaccount", "role", "rolebinding")
+    ]
+    daemonset = _render_template(
+        "gpu-feature-discovery/daemonset.yaml.j2",
+        labels=labels,
+        selector=selector,
+        pod_labels={**labels},
+        service_account=GFD_NAME,
+        node_feature_api=config.gfd_node_feature_api(nfd_api),
+        **shared,
+    )
+    return [*rbac, daemonset]
 
 
 def _dcgm_exporter(config: ClusterConfig, servicemonitor: bool) -> list[dict[str, Any]]:
@@ -299,7 +337,7 @@ def config_from_inventory(
     if isinstance(inventory, Inventory):
         from gpustack.manifests_vars import inventory_k8s_vars
 
-        hostvars = inventory_k8s_vars(inventory)
+        hostvars = inventory_k8s_vars(inventory, also=(RUNTIME_NAME_VAR,))
     else:
         hostvars = inventory
     merged: dict[str, Any] = {}
@@ -317,7 +355,32 @@ def config_from_inventory(
             merged.setdefault(key, value)
             source.setdefault(key, host)
     merged.update({k: v for k, v in extravars.items() if k.startswith(VAR_PREFIX)})
-    return ClusterConfig.from_vars(merged)
+    config = ClusterConfig.from_vars(merged)
+    _check_runtime_handler(config, hostvars, extravars)
+    return config
+
+
+RUNTIME_NAME_VAR = "container_runtime_nvidia_name"
+
+
+def _check_runtime_handler(
+    config: ClusterConfig, hostvars: dict[str, dict[str, Any]], extravars: dict[str, Any]
+) -> None:
+    """The RuntimeClass gpustack creates names the nvidia runtime the container_runtime role
+    registers on each host; a different name there leaves every GPU pod without a sandbox."""
+    if not config.runtime_class:
+        return
+    for host, variables in hostvars.items():
+        name = extravars.get(RUNTIME_NAME_VAR, variables.get(RUNTIME_NAME_VAR, "nvidia"))
+        if not isinstance(name, str) or "{{" in name or "{%" in name:
+            continue  # templated: only the play knows it
+        if name != config.runtime_class:
+            raise BadInput(
+                f"gpustack_k8s_runtime_class={config.runtime_class} but {RUNTIME_NAME_VAR}="
+                f"{name} on {host}: GPU pods would ask for a runtime handler the host lacks",
+                f"give both the same name (gpustack_k8s_runtime_class={name}), or set "
+                'gpustack_k8s_runtime_class="" where nvidia is the default runtime',
+            )
 
 
 # -- writing manifests as files -----------------------------------------------------------
@@ -327,6 +390,9 @@ _HEADER_PREFIX = "# Generated by `gpustack manifests`"
 _KIND_RANK = {
     "Namespace": 0,
     "RuntimeClass": 10,
+    "ServiceAccount": 15,
+    "Role": 16,
+    "RoleBinding": 17,
     "ConfigMap": 20,
     "DaemonSet": 30,
     "Service": 40,

@@ -11,7 +11,15 @@ import difflib
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from gpustack.errors import BadInput
 
@@ -27,6 +35,10 @@ _REGISTRY = re.compile(rf"^{_HOST}(?:/{_PATH_COMPONENT})*$")
 _REPOSITORY = re.compile(rf"^(?:{_HOST}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*$")
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 _DIGEST = re.compile(r"^sha256:[a-f0-9]{64}$")
+# DNS-1123 subdomain: what Kubernetes accepts as a Secret or PriorityClass name.
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# An absolute host path without `..`, `//` or a trailing slash (a hostPath the kubelet mounts).
+_HOST_PATH = re.compile(r"^(/[A-Za-z0-9._+@-]+)+$")
 
 # Images the manifests use, by the name `ClusterConfig.image()` takes.
 IMAGES = ("device_plugin", "gfd", "dcgm_exporter", "verify", "vector_add")
@@ -66,6 +78,9 @@ class ClusterConfig(BaseModel):
     gfd_enabled: bool = True
     gfd_image: str | None = None
     gfd_tag: str | None = None
+    # How GFD publishes labels: NFD's NodeFeature API, the features.d file, or whichever the
+    # cluster supports (docs/kubernetes.md, GPU Feature Discovery).
+    gfd_mode: Literal["auto", "node-feature-api", "feature-file"] = "auto"
     dcgm_exporter_enabled: bool = True
     dcgm_exporter_image: str = "nvcr.io/nvidia/k8s/dcgm-exporter"
     dcgm_exporter_tag: str = "4.6.0-4.8.3-distroless"
@@ -76,6 +91,13 @@ class ClusterConfig(BaseModel):
     daemonset_timeout: int = Field(default=300, ge=10, le=3600)
     capacity_timeout: int = Field(default=150, ge=10, le=3600)
     verify_timeout: int = Field(default=300, ge=10, le=3600)
+    # Distributions and private registries (docs/kubernetes.md, "Distributions and registries").
+    kubelet_root_dir: str = "/var/lib/kubelet"
+    runtime_class: str = "nvidia"
+    priority_class: str = "system-node-critical"
+    image_pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent"
+    image_pull_secrets: tuple[str, ...] = ()
+    compat_with_cpu_manager: bool = False
 
     @field_validator("registry", "gfd_image", "gfd_tag", "vector_add_image", mode="before")
     @classmethod
@@ -92,6 +114,53 @@ class ClusterConfig(BaseModel):
                 f"{value!r} is not a valid namespace name "
                 "(lower-case letters, digits and '-', at most 63, starting and ending alphanumeric)"
             )
+        return value
+
+    @field_validator("kubelet_root_dir", mode="before")
+    @classmethod
+    def _kubelet_root_dir(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            value = value.strip()
+            value = value.rstrip("/") if len(value) > 1 else value
+            if not _HOST_PATH.match(value) or "/../" in value + "/" or "/./" in value + "/":
+                raise ValueError(
+                    f"{value!r} is not an absolute directory path (e.g. /var/lib/k0s/kubelet)"
+                )
+        return value
+
+    @field_validator("runtime_class", "priority_class", mode="before")
+    @classmethod
+    def _optional_name(cls, value: Any, info: ValidationInfo) -> Any:
+        # "" (or null from YAML) leaves the pod field unset; otherwise a Kubernetes name.
+        # A RuntimeClass here is also its handler, which must be a DNS label.
+        if value is None:
+            return ""
+        if isinstance(value, str):
+            value = value.strip()
+            label = info.field_name == "runtime_class"
+            pattern, limit = (_DNS_LABEL, 63) if label else (_DNS_SUBDOMAIN, 253)
+            if value and (len(value) > limit or not pattern.match(value)):
+                raise ValueError(
+                    f"{value!r} is not a valid name (lower-case letters, digits, '-'"
+                    f"{'' if label else ' and .'}, at most {limit}), or empty to leave it unset"
+                )
+        return value
+
+    @field_validator("image_pull_secrets", mode="before")
+    @classmethod
+    def _pull_secrets(cls, value: Any) -> Any:
+        # `-e gpustack_k8s_image_pull_secrets=a,b` gives a string; YAML gives a list.
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            value = [part for part in (p.strip() for p in value.split(",")) if part]
+        if isinstance(value, list | tuple):
+            for name in value:
+                if not isinstance(name, str) or len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
+                    raise ValueError(f"{name!r} is not a Secret name")
+            if len(set(value)) != len(value):
+                raise ValueError(f"{list(value)!r} names a Secret twice")
+            return tuple(value)
         return value
 
     @field_validator("registry")
@@ -176,6 +245,15 @@ class ClusterConfig(BaseModel):
             repository = f"{self.registry}/{split_registry(repository)[1]}"
         return join_image(repository, tag)
 
+    def gfd_node_feature_api(self, nfd_api_served: bool) -> bool:
+        """Whether GFD publishes through NFD's NodeFeature API (else the features.d file).
+
+        `auto` follows the cluster: the API when `nodefeatures.nfd.k8s-sigs.io` is served.
+        """
+        if self.gfd_mode == "auto":
+            return nfd_api_served
+        return self.gfd_mode == "node-feature-api"
+
     @property
     def gpus_per_device(self) -> int:
         """How many `nvidia.com/gpu` units one physical GPU advertises (time-slicing/MPS)."""
@@ -193,6 +271,25 @@ class ClusterConfig(BaseModel):
         if self.rename_by_default and self.sharing != "none":
             return "nvidia.com/gpu.shared"
         return "nvidia.com/gpu"
+
+    @property
+    def pod_common(self) -> dict[str, Any]:
+        """Pod-spec fields every gpustack pod carries (priority, RuntimeClass, pull secrets).
+
+        Empty settings are left out, so the pod gets the cluster's defaults.
+        """
+        fields: dict[str, Any] = {}
+        if self.priority_class:
+            fields["priorityClassName"] = self.priority_class
+        if self.runtime_class:
+            fields["runtimeClassName"] = self.runtime_class
+        if self.image_pull_secrets:
+            fields["imagePullSecrets"] = [{"name": name} for name in self.image_pull_secrets]
+        return fields
+
+    def kubelet_path(self, name: str) -> str:
+        """A directory under the kubelet's root on the host (device-plugins, pod-resources)."""
+        return f"{self.kubelet_root_dir.rstrip('/')}/{name}"
 
     @property
     def capacity_predictable(self) -> bool:
@@ -244,6 +341,7 @@ _HINTS = {
     "namespace": "e.g. gpustack_k8s_namespace=gpu-operator-lite",
     "registry": "e.g. gpustack_k8s_registry=registry.example:5000/nvidia-mirror",
     "mig_strategy": "choose none, single or mixed",
+    "gfd_mode": "choose auto, node-feature-api or feature-file",
     "time_slicing_replicas": "1 turns time-slicing off; 2 or more shares each GPU",
     "mps_replicas": "1 turns MPS off; 2 to 48 shares each GPU through MPS",
     "vector_add_image": (
@@ -252,6 +350,11 @@ _HINTS = {
     "daemonset_timeout": "seconds, 10 to 3600",
     "capacity_timeout": "seconds, 10 to 3600",
     "verify_timeout": "seconds, 10 to 3600",
+    "kubelet_root_dir": "the kubelet's --root-dir, e.g. /var/lib/k0s/kubelet (k0s)",
+    "runtime_class": "the RuntimeClass (= handler) of the nvidia runtime, or empty for none",
+    "priority_class": "a PriorityClass name, or empty for none",
+    "image_pull_policy": "choose IfNotPresent, Always or Never",
+    "image_pull_secrets": "Secret names in the namespace, as a list or comma-separated",
 }
 
 
@@ -269,7 +372,7 @@ def _bad_input(exc: ValidationError, values: dict[str, Any]) -> BadInput:
             hint = "an image repository without tag, e.g. nvcr.io/nvidia/k8s-device-plugin"
         elif field.endswith("_tag"):
             hint = "an image tag, e.g. v0.20.0"
-        elif field.endswith(("_enabled", "_scrape", "_by_default", "_error")):
+        elif field.endswith(("_enabled", "_scrape", "_by_default", "_error", "_manager")):
             hint = "use true or false"
         else:
             hint = "see docs/kubernetes.md (Configuration)"

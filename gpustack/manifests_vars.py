@@ -14,11 +14,16 @@ from gpustack.inventory import Inventory, resolved_vars
 from gpustack.manifests_config import VAR_PREFIX
 
 
-def inventory_k8s_vars(inventory: Inventory) -> dict[str, dict[str, Any]]:
-    """{host: {gpustack_k8s_*: value}} for the inventory's target hosts."""
-    found = resolved_vars(inventory, lambda name: name.startswith(VAR_PREFIX))
+def inventory_k8s_vars(
+    inventory: Inventory, also: tuple[str, ...] = ()
+) -> dict[str, dict[str, Any]]:
+    """{host: {gpustack_k8s_*: value}} for the inventory's target hosts, plus the variables
+    named in `also` (host settings the cluster side must agree with; not checked here)."""
+    found = resolved_vars(inventory, lambda name: name.startswith(VAR_PREFIX) or name in also)
     for name, mine in found.items():
         for key, value in mine.items():
+            if not key.startswith(VAR_PREFIX):
+                continue
             if isinstance(value, str) and ("{{" in value or "{%" in value):
                 raise BadInput(
                     f"{key} on {name} is a Jinja2 template ({value!r})",

@@ -159,6 +159,11 @@ def print_run(result: RunResult, verbose: int = 0) -> None:
             escape(_one_line(credentials.scrub(note), 160 if not verbose else 2000)),
         )
     stdout.print(table)
+    for host in result.hosts.values():  # said plainly: gpustack repaired the host's dpkg
+        recovery = host.facts.get("gpustack_dpkg_recovery") or {}
+        if recovery.get("message"):
+            colour = "yellow" if recovery.get("recovered") else "red"
+            stdout.print(f"[{colour}]{escape(host.name)}: {escape(str(recovery['message']))}[/]")
     if verbose:
         for host in result.hosts.values():
             for failure in host.failures:

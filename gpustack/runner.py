@@ -131,6 +131,19 @@ def _secret_vars(data_dir: Path, variables: dict) -> tuple[dict, Path | None]:
     return plain, path
 
 
+def _guard(data_dir: Path, playbook: Path) -> Path:
+    """ansible-playbook under gpustack.childguard, so it dies with this process (SIGKILL too).
+    ansible-runner passes every option to a custom binary but not the playbook: the shim adds it."""
+    shim = data_dir / "ansible-playbook-guarded"
+    shim.write_text(
+        f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m gpustack.childguard ansible-playbook "
+        f'"$@" {shlex.quote(str(playbook))}\n',
+        encoding="utf-8",
+    )
+    shim.chmod(0o755)
+    return shim
+
+
 def run_playbook(
     spec: RunSpec,
     on_update: Callable[[RunTracker, dict], None] | None = None,
@@ -161,6 +174,7 @@ def run_playbook(
 
     thread, runner = ansible_runner.run_async(
         private_data_dir=str(data_dir),
+        binary=str(_guard(data_dir, spec.playbook)),
         playbook=str(spec.playbook),
         inventory=str(spec.inventory),
         limit=f"@{limit_file}",

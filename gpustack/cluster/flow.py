@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gpustack.cluster import apply, nodes
+from gpustack.cluster import apply, gfd, nodes
 from gpustack.cluster.connect import Clock, Cluster, check_reachable, connect
 from gpustack.cluster.verify import NodeReport, Target, verify
 from gpustack.manifests import ClusterConfig, config_from_inventory, node_labels, render
@@ -49,6 +49,8 @@ class ClusterReport:
     labels: dict[str, dict[str, str | None]] = field(default_factory=dict)  # node -> patch
     daemonsets: list[apply.RolloutResult] = field(default_factory=list)
     nodes: list[NodeReport] = field(default_factory=list)
+    nfd_api: bool = False  # NFD's NodeFeature API served (GFD's mode under gfd_mode=auto)
+    gfd_mode: str = ""  # node-feature-api or feature-file, as rendered ("" with GFD off)
 
     @property
     def passed(self) -> bool:
@@ -62,6 +64,7 @@ class ClusterReport:
             "applied": [{**asdict(a), "ref": a.ref} for a in self.applied],
             "labels": self.labels,
             "daemonsets": [asdict(d) for d in self.daemonsets],
+            "gfd": {"mode": self.gfd_mode, "nfd_api": self.nfd_api},
             "nodes": {n.host: n.to_dict() for n in self.nodes},
             "passed": self.passed,
         }
@@ -109,8 +112,16 @@ def _operands(results: list[apply.RolloutResult], labelled: list[str]) -> dict[s
     return state
 
 
-def _objects(session: Session) -> list[dict[str, Any]]:
-    return render(session.config, servicemonitor=apply.crd_exists(session.cluster))
+def _objects(session: Session, report: ClusterReport | None = None) -> list[dict[str, Any]]:
+    """What to apply for this cluster: ServiceMonitor only with its CRD, GFD's mode by NFD."""
+    config = session.config
+    nfd_api = gfd.nfd_api_served(session.cluster) if config.gfd_enabled else False
+    if report is not None:
+        report.nfd_api = nfd_api
+        if config.gfd_enabled:
+            api = config.gfd_node_feature_api(nfd_api)
+            report.gfd_mode = "node-feature-api" if api else "feature-file"
+    return render(config, servicemonitor=apply.crd_exists(session.cluster), nfd_api=nfd_api)
 
 
 def install(
@@ -136,7 +147,7 @@ def install(
         for key in [k for k, v in wanted.items() if v is None]:
             new_labels.pop(key, None)
         labelled[target.node_name] = new_labels
-    objects = _objects(session)
+    objects = _objects(session, report)
     report.applied = apply.apply_objects(cluster, objects, dry_run=check)
     if check:
         return report
@@ -151,7 +162,9 @@ def _rollout_and_verify(session, report, objects, targets, labelled, clock) -> N
         session.cluster, config.namespace, daemonsets, labelled, config.daemonset_timeout, clock
     )
     operands = _operands(report.daemonsets, list(labelled))
-    report.nodes = verify(session.cluster, config, targets, operands=operands, clock=clock)
+    report.nodes = verify(
+        session.cluster, config, targets, operands=operands, nfd_api=report.nfd_api, clock=clock
+    )
 
 
 def verify_cluster(
@@ -167,7 +180,7 @@ def verify_cluster(
         for t in targets
         if t.node is not None and not t.error
     }
-    _rollout_and_verify(session, report, _objects(session), targets, labelled, clock)
+    _rollout_and_verify(session, report, _objects(session, report), targets, labelled, clock)
     return report
 
 

@@ -37,6 +37,15 @@ def _identities(node: dict[str, Any]) -> set[str]:
     return {f for f in found if f}
 
 
+def _pointers(nodes: list[dict[str, Any]]) -> dict[str, list[int]]:
+    """{name, short name, hostname label or address: indexes of the nodes it names}."""
+    pointed: dict[str, list[int]] = {}
+    for index, node in enumerate(nodes):
+        for key in _identities(node) | {node["metadata"]["name"].split(".")[0]}:
+            pointed.setdefault(key, []).append(index)
+    return pointed
+
+
 def match_hosts(
     wanted: dict[str, str], hostvars: dict[str, dict[str, Any]], nodes: list[dict[str, Any]]
 ) -> dict[str, NodeMatch]:
@@ -46,6 +55,11 @@ def match_hosts(
     the host's name, short name, expected node name or `ansible_host`.
     """
     by_name = {n["metadata"]["name"]: n for n in nodes}
+    # Which nodes each name or address points at, built once when a host is missing: a fleet
+    # whose inventory names differ from its node names (FQDNs vs short names) would otherwise
+    # rescan every node for every host, quadratic in the fleet size.
+    pointed: dict[str, list[int]] | None = None
+    sample = None
     result = {}
     for host, name in wanted.items():
         node = by_name.get(name)
@@ -56,11 +70,10 @@ def match_hosts(
         keys = {host, host.split(".")[0], name, name.split(".")[0]}
         if variables.get("ansible_host") and variables["ansible_host"] not in ("127.0.0.1", "::1"):
             keys.add(str(variables["ansible_host"]))
-        candidates = [
-            n["metadata"]["name"]
-            for n in nodes
-            if keys & _identities(n) or n["metadata"]["name"].split(".")[0] in keys
-        ]
+        if pointed is None:
+            pointed = _pointers(nodes)
+        hits = sorted({i for key in keys for i in pointed.get(key, ())})
+        candidates = [nodes[i]["metadata"]["name"] for i in hits]
         if candidates:
             hint = f"set {NODE_NAME_VAR}={candidates[0]} for {host} in the inventory"
             error = (
@@ -68,7 +81,8 @@ def match_hosts(
                 f"{', '.join(repr(c) for c in candidates[:3])} that matches it"
             )
         else:
-            sample = ", ".join(sorted(by_name)[:5]) + (" …" if len(by_name) > 5 else "")
+            if sample is None:
+                sample = ", ".join(sorted(by_name)[:5]) + (" …" if len(by_name) > 5 else "")
             hint = (
                 f"join {host} to the cluster, or set {NODE_NAME_VAR}=NODE for it "
                 f"(nodes: {sample or 'none'})"

@@ -43,7 +43,8 @@ def print_cluster(report: ClusterReport, verbose: int = 0) -> None:
     for node in report.nodes:
         cells = {c.name: CELL.get(c.status, c.status) for c in node.checks}
         failed = [c for c in node.checks if c.status == "failed"]
-        note = failed[0].message if failed else ""
+        skipped = [c for c in node.checks if c.status == "skipped"]
+        note = failed[0].message if failed else (skipped[0].message if skipped else "")
         table.add_row(
             escape(node.host),
             escape(node.node),

@@ -14,7 +14,9 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from gpustack.cluster import gpu_resources
 from gpustack.cluster.connect import Cluster, call, check_reachable, connect, status_message
+from gpustack.cluster.gpu_resources import GPU_PREFIXES
 from gpustack.cluster.nodes import MERGE_PATCH, find_nodes, node_name_for
 from gpustack.errors import BadInput
 from gpustack.upgrade.backend import NodeCondition, StepFailed, StepOptions
@@ -23,7 +25,7 @@ from gpustack.upgrade.state import SKIP_LABEL, STATE_LABEL, UpgradeState
 
 ADMIN_ANNOTATION = "gpustack.io/driver-upgrade-initially-unschedulable"
 REASON_ANNOTATION = "gpustack.io/driver-upgrade-failure"
-GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
+GPU_RESOURCE_PREFIXES = GPU_PREFIXES  # GPU pods: nvidia.com/gpu* or nvidia.com/mig-*
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 
@@ -289,11 +291,18 @@ class KubernetesBackend:
         return note + "; " + self._verify_pod(name, gpus, clock, opts, start)
 
     def _verify_pod(self, host, gpus, clock, opts, start) -> str:
-        from gpustack.cluster.verify import _pod_name, run_pods
+        from gpustack.cluster.pods import pod_name, run_pods
         from gpustack.manifests import render_verify_pod
 
         node = self.node_names[host]
-        pod = render_verify_pod(self.config, node_name=node, gpus=1, name=_pod_name("smi", node))
+        node_obj = self._node(host)
+        pods = self._pods_on(host)
+        found = gpu_resources.units(node_obj, pods)
+        unit = gpu_resources.choose(found, self.config.resource_name)
+        if unit is None:  # the node's GPUs are busy again: verify without disturbing them
+            return "no verification pod: " + gpu_resources.busy_message(found)
+        pod = render_verify_pod(self.config, node_name=node, gpus=1, name=pod_name("smi", node),
+                                resource=unit.resource)  # fmt: skip
         left = max(1.0, opts.validation_timeout - (clock.now() - start))
         outcome = run_pods(self.cluster, {host: pod}, left, clock)[host]
         if outcome.phase != "Succeeded":

@@ -53,6 +53,7 @@ class UpgradeOptions:
     output: str = "text"
     report: str | None = None
     verbose: int = 0
+    wait: bool = False
 
 
 def _target(opts: UpgradeOptions, extravars: dict[str, Any]) -> Target:
@@ -117,69 +118,86 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None) -> int:
             "pass the path of a kubeconfig file, or leave --kubeconfig out for a host-only fleet",
         )
     backend = _backend(kubeconfig, inventory, extravars)
-    store = FileStateStore(state_path_for(inventory.path))
-    existing = store.load()
-    label_states = backend.recorded_states(inventory.hosts) if backend.mode != "host-only" else None
-    run = open_run(
-        existing,
-        inventory=inventory.path,
-        target=target,
-        hosts=inventory.hosts,
-        mode=backend.mode,
-        resume=opts.resume,
-        state_file=store.path,
-        label_states=label_states,
-    )
-    policy = RolloutPolicy(
-        limits=limits,
-        max_failures=opts.max_failures,
-        canary=opts.canary,
-        canary_pause=opts.canary_pause,
-        assume_yes=opts.yes,
-        retry_failed=opts.retry_failed,
-        steps=StepOptions(
-            drain=opts.drain,
-            pod_selector=opts.pod_selector,
-            wait_for_jobs_timeout=opts.wait_for_jobs_timeout,
-            pod_deletion_timeout=opts.pod_deletion_timeout,
-            force=opts.force,
-            drain_timeout=opts.drain_timeout,
-            validation_timeout=opts.validation_timeout,
-        ),
-    )
+    # The state is read under the host locks: a second run (e.g. two --resume) waits or is
+    # refused before it reads a record the first is still writing (gpustack/locks.py).
+    with _host_locks(opts, inventory):
+        store = FileStateStore(state_path_for(inventory.path))
+        existing = store.load()
+        label_states = (
+            backend.recorded_states(inventory.hosts) if backend.mode != "host-only" else None
+        )
+        run = open_run(
+            existing,
+            inventory=inventory.path,
+            target=target,
+            hosts=inventory.hosts,
+            mode=backend.mode,
+            resume=opts.resume,
+            state_file=store.path,
+            label_states=label_states,
+        )
+        policy = RolloutPolicy(
+            limits=limits,
+            max_failures=opts.max_failures,
+            canary=opts.canary,
+            canary_pause=opts.canary_pause,
+            assume_yes=opts.yes,
+            retry_failed=opts.retry_failed,
+            steps=StepOptions(
+                drain=opts.drain,
+                pod_selector=opts.pod_selector,
+                wait_for_jobs_timeout=opts.wait_for_jobs_timeout,
+                pod_deletion_timeout=opts.pod_deletion_timeout,
+                force=opts.force,
+                drain_timeout=opts.drain_timeout,
+                validation_timeout=opts.validation_timeout,
+            ),
+        )
+        if opts.dry_run:
+            return _dry_run(opts, run, inventory.hosts, backend, policy, store.path)
+
+        activity: dict[str, str] = {}
+        if upgrader_factory is None:
+            from gpustack.upgrade.host import AnsibleHostUpgrader
+
+            upgrade_host = AnsibleHostUpgrader(inventory, extravars, opts.verbose, activity)
+        else:
+            upgrade_host = upgrader_factory(inventory, extravars)
+        if not run.history:  # a new run: every node (but those labelled skip) is upgrade-required
+            conditions = backend.conditions(inventory.hosts)
+            for name in inventory.hosts:
+                if not conditions[name].skip:
+                    backend.record_state(name, run.nodes[name].state)
+        store.save(run)
+        orch = Orchestrator(
+            run,
+            inventory.hosts,
+            store,
+            backend,
+            upgrade_host,
+            policy,
+            ThreadExecutor(opts.max_parallel),
+            confirm=_confirm if sys.stdin.isatty() and not opts.yes else None,
+        )
+        orch.activity = activity
+        title = f"gpustack upgrade → {target.describe()}"
+        with _stop_on_signals(orch), UpgradeLive(orch, title, opts.verbose) as live:
+            orch.notify = live.notify
+            orch.on_transition = live.transition
+            result = orch.execute()
+        return _finish(opts, run, orch, result, store.path, limits)
+
+
+def _host_locks(opts: UpgradeOptions, inventory):
+    from gpustack import locks
+
     if opts.dry_run:
-        return _dry_run(opts, run, inventory.hosts, backend, policy, store.path)
+        return contextlib.nullcontext()
 
-    activity: dict[str, str] = {}
-    if upgrader_factory is None:
-        from gpustack.upgrade.host import AnsibleHostUpgrader
+    def waiting(busy) -> None:
+        output.stderr.print(f"Waiting: {locks.refusal(busy).message}", soft_wrap=True)
 
-        upgrade_host = AnsibleHostUpgrader(inventory, extravars, opts.verbose, activity)
-    else:
-        upgrade_host = upgrader_factory(inventory, extravars)
-    if not run.history:  # a new run: every node (but those labelled skip) is upgrade-required
-        conditions = backend.conditions(inventory.hosts)
-        for name in inventory.hosts:
-            if not conditions[name].skip:
-                backend.record_state(name, run.nodes[name].state)
-    store.save(run)
-    orch = Orchestrator(
-        run,
-        inventory.hosts,
-        store,
-        backend,
-        upgrade_host,
-        policy,
-        ThreadExecutor(opts.max_parallel),
-        confirm=_confirm if sys.stdin.isatty() and not opts.yes else None,
-    )
-    orch.activity = activity
-    title = f"gpustack upgrade → {target.describe()}"
-    with _stop_on_signals(orch), UpgradeLive(orch, title, opts.verbose) as live:
-        orch.notify = live.notify
-        orch.on_transition = live.transition
-        result = orch.execute()
-    return _finish(opts, run, orch, result, store.path, limits)
+    return locks.hold(inventory, locks.command_line(), wait=opts.wait, on_wait=waiting)
 
 
 def _backend(kubeconfig: str | None, inventory, extravars):
@@ -243,13 +261,16 @@ def _dry_run(opts, run, targets, backend, policy, state_file) -> int:
                 run.nodes[name].state,
                 bool(cond and cond.unavailable),
                 bool(cond and cond.skip),
+                run.durations.get(name),
             )
         )
     skipped = {n for n, c in conditions.items() if c.skip}
     canary = 0 if run.canary_done else policy.canary
     plan = plan_batches(views, policy.limits, canary=canary, retry_failed=policy.retry_failed)
     doc = _document(opts, run, targets, skipped, state_file, policy.limits)
-    doc.update({"dry_run": True, "plan": plan, "status": "planned", "exit_code": 0})
+    measured = sum(1 for v in views if v.expected is not None)
+    doc.update({"dry_run": True, "plan": plan, "status": "planned", "exit_code": 0,
+                "measured_nodes": measured})  # fmt: skip
     output.write_report(opts.report, doc)
     if opts.output == "json":
         output.print_json(doc)

@@ -1,7 +1,10 @@
-"""The rolling upgrade loop: pick a batch (planner), walk each node through its states, repeat.
+"""The rolling upgrade loop: fill the free slots (planner), walk each node through its states.
 
-Every transition is written to the durable record at once (and to the backend, e.g. a node
-label), so a run stopped at any point can be resumed where it stopped.
+A slot is refilled the moment its node finishes, and the fleet is read again on every pass
+while a slot is free (as the GPU Operator's upgrade controller recomputes its free slots on
+every reconcile), so one slow node never holds the others back: there are no batches to wait
+for. Every transition is written to the durable record at once (and to the backend, e.g. a
+node label), so a run stopped at any point can be resumed where it stopped.
 """
 
 from __future__ import annotations
@@ -62,6 +65,9 @@ class RolloutPolicy:
     assume_yes: bool = False
     retry_failed: bool = False
     steps: StepOptions = field(default_factory=StepOptions)
+    # While a slot is free, read the fleet again this often (seconds) even if no node finished:
+    # a node the admin uncordoned, or one Ready again, gives its capacity back to the rollout.
+    refill_every: float = 30.0
 
 
 @dataclass
@@ -141,25 +147,34 @@ class Orchestrator:
 
     def execute(self) -> RolloutResult:
         policy = self.policy
+        clock = self.executor.clock
         in_flight: set[str] = set()
         failed_now: list[str] = []
         halted = ""
         canary_phase = policy.canary > 0 and not self.run.canary_done
         canary_started = 0
         replan = True  # the fleet changed since the last plan (a node finished)
+        planned_at = clock.now()
         try:
             while True:
-                if replan and not halted and not self.stop_requested:
-                    cap = policy.canary - canary_started if canary_phase else None
-                    batch = []
-                    if cap is None or cap > 0:
-                        batch = select_batch(
-                            self.views(),
-                            in_flight,
-                            policy.limits,
-                            retry_failed=policy.retry_failed,
-                            cap=cap,
-                        )
+                cap = policy.canary - canary_started if canary_phase else None
+                may_start = (
+                    not halted
+                    and not self.stop_requested
+                    and len(in_flight) < policy.limits.max_parallel
+                    and (cap is None or cap > 0)
+                )
+                due = clock.now() - planned_at >= policy.refill_every
+                if may_start and (replan or due):
+                    planned_at = clock.now()
+                    batch = select_batch(
+                        self.views(),
+                        in_flight,
+                        policy.limits,
+                        retry_failed=policy.retry_failed,
+                        cap=cap,
+                        longest_first=not canary_phase,  # the canary: the inventory's first
+                    )
                     if batch:
                         self._start(batch)
                         in_flight.update(batch)
@@ -250,7 +265,15 @@ class Orchestrator:
         for name in self.targets:
             record = self.run.nodes[name]
             cond = conditions.get(name, NodeCondition())
-            views.append(NodeView(name, record.state, unavailable=cond.unavailable, skip=cond.skip))
+            views.append(
+                NodeView(
+                    name,
+                    record.state,
+                    unavailable=cond.unavailable,
+                    skip=cond.skip,
+                    expected=self.run.durations.get(name),
+                )
+            )
         return views
 
     def _start(self, batch: list[str]) -> None:

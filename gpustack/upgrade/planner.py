@@ -7,6 +7,13 @@ The rules mirror the GPU Operator's upgrade policy:
 - at most `max_parallel` nodes upgrading at once;
 - a node that is already unavailable costs no extra capacity, so it is taken first;
 - an optional canary batch goes alone before everything else.
+
+The orchestrator asks again whenever a node finishes (and on every pass while a slot is free),
+so a slot is refilled the moment it frees: rolling, never batch by batch. Among the nodes
+that may start, those that took longest in the previous upgrade of the fleet go first
+(longest processing time first): when the end of the rollout comes, only short nodes are left
+to run, so fewer slots stand idle waiting for the last one. Nodes never measured go before
+measured ones (they might be slow); without any measurement the order is the inventory's.
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ class NodeView:
     state: str = UpgradeState.REQUIRED.value
     unavailable: bool = False  # cordoned or NotReady for a reason other than this upgrade
     skip: bool = False  # nvidia.com/gpu-driver-upgrade.skip=true
+    expected: float | None = None  # seconds out of service in its last upgrade (None: unknown)
 
 
 @dataclass(frozen=True)
@@ -85,11 +93,13 @@ def select_batch(
     *,
     retry_failed: bool = False,
     cap: int | None = None,
+    longest_first: bool = True,
 ) -> list[str]:
     """The nodes to start now (possibly none), in a stable order.
 
     `nodes` is the whole fleet in inventory order; `in_flight` the nodes being upgraded;
-    `cap` bounds how many may start (the canary's size).
+    `cap` bounds how many may start (the canary's size); `longest_first=False` keeps the
+    inventory order among the nodes that cost capacity (the canary is the inventory's first).
     """
     in_flight = set(in_flight)
     unavailable = unavailable_nodes(nodes, in_flight)
@@ -99,8 +109,9 @@ def select_batch(
         slots = min(slots, cap)
     candidates = [n for n in nodes if n.name not in in_flight and is_candidate(n, retry_failed)]
     # Free first (already out of service: resumed, failed-and-retried, cordoned, NotReady),
-    # then the rest in inventory order.
-    candidates.sort(key=lambda n: 0 if n.name in unavailable else 1)
+    # then the rest: longest expected first, unmeasured before measured, else inventory order
+    # (the sort is stable).
+    candidates.sort(key=lambda n: _priority(n, n.name in unavailable, longest_first))
     chosen: list[str] = []
     for node in candidates:
         if slots <= 0:
@@ -113,6 +124,13 @@ def select_batch(
             slots -= 1
             budget -= 1
     return chosen
+
+
+def _priority(node: NodeView, free: bool, longest_first: bool) -> tuple[int, int, float]:
+    group = 0 if free else 1
+    if not longest_first or node.expected is None:
+        return (group, 0, 0.0)
+    return (group, 1, -node.expected)
 
 
 def blocked_reason(nodes: Sequence[NodeView], limits: Limits) -> str:
@@ -148,6 +166,7 @@ def plan_batches(
             limits,
             retry_failed=retry_failed,
             cap=canary if first and canary else None,
+            longest_first=not (first and canary),
         )
         if not batch:
             return batches
@@ -155,7 +174,9 @@ def plan_batches(
         first = False
         for name in batch:
             old = current[name]
-            current[name] = NodeView(name, UpgradeState.DONE.value, old.unavailable, old.skip)
+            current[name] = NodeView(
+                name, UpgradeState.DONE.value, old.unavailable, old.skip, old.expected
+            )
 
 
 def summarize(nodes: Iterable[NodeView]) -> dict[str, int]:

@@ -61,6 +61,8 @@ def open_run(
                 "state file to forget it (nodes it cordoned stay cordoned)",
             )
         run = UpgradeRun(inventory=str(inventory), target=target, mode=mode)
+        if existing is not None:  # what the last upgrade measured orders this one
+            run.durations = existing.measured_durations()
     for name in hosts:
         if name not in run.nodes:
             run.nodes[name] = NodeRecord(name=name)

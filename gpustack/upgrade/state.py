@@ -113,6 +113,9 @@ class UpgradeRun:
     batches: list[list[str]] = field(default_factory=list)
     nodes: dict[str, NodeRecord] = field(default_factory=dict)
     history: list[Transition] = field(default_factory=list)
+    # Seconds each node was out of service the last time an upgrade of this inventory
+    # completed it (carried from run to run): the planner starts the longest first.
+    durations: dict[str, float] = field(default_factory=dict)
 
     def unfinished(self) -> list[str]:
         return [
@@ -138,7 +141,25 @@ class UpgradeRun:
             batches=[list(b) for b in data.get("batches", [])],
             nodes={k: NodeRecord(**v) for k, v in data.get("nodes", {}).items()},
             history=[Transition(**t) for t in data.get("history", [])],
+            durations={k: float(v) for k, v in data.get("durations", {}).items()},
         )
+
+    def measured_durations(self) -> dict[str, float]:
+        """The durations known after this run: for each node it completed, the time from the
+        start of its last attempt to upgrade-done, averaged with the earlier figure (one
+        upgrade's time is noisy: mirror speed, pods to evict); other nodes keep theirs."""
+        known = dict(self.durations)
+        for name, record in self.nodes.items():
+            if (
+                record.state == UpgradeState.DONE
+                and record.started_at is not None
+                and record.finished_at is not None
+                and record.finished_at >= record.started_at
+            ):
+                measured = record.finished_at - record.started_at
+                earlier = known.get(name)
+                known[name] = measured if earlier is None else (earlier + measured) / 2
+        return known
 
 
 def state_path_for(inventory: Path) -> Path:

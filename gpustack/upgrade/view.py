@@ -189,6 +189,13 @@ def print_plan(doc: dict[str, Any]) -> None:
         f"{lim['max_unavailable']}, max-parallel {lim['max_parallel']}"
         + (f", canary {lim['canary']}" if lim["canary"] else "")
     )
+    measured, total = doc.get("measured_nodes"), len(doc["nodes"])
+    if measured:
+        others = "" if measured == total else "; the others go first"
+        output.stdout.print(
+            f"  order: longest first, as measured in the last upgrade "
+            f"({measured} of {total} node(s) measured{others})"
+        )
     for index, batch in enumerate(doc["plan"], 1):
         output.stdout.print(f"  batch {index}: {escape(', '.join(batch))}")
     untouched = [n for n, r in doc["nodes"].items() if r["state"] == UpgradeState.DONE]

@@ -1,4 +1,4 @@
-"""Fixtures: a Kubernetes API emulator (tests/cluster/emulator.py) per test, over real HTTP."""
+"""Fixtures: a Kubernetes API emulator (tests/cluster/emulator/, see README.md) per test, over real HTTP."""
 
 from __future__ import annotations
 

@@ -2,7 +2,9 @@
 
 SIMULATED HOST FACTS: this machine has no GPU, so the success path is driven by facts built
 here in the shape gpu_preflight (`gpustack_preflight`) and nvidia_driver (`gpustack_driver`)
-publish on a real GPU node. They stand in for hosts; they prove nothing about real GPUs.
+publish on a real GPU node, and by the matching SIMULATED node hardware the emulator's kubelet
+and operand images see (tests/cluster/emulator/hardware.py). They stand in for hosts; they
+prove nothing about real GPUs.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from pathlib import Path
 
 from gpustack.inventory import Inventory, load_inventory
 from gpustack.results import HostResult, RunResult
-from tests.cluster.emulator import ClusterEmulator, PodFate
+from tests.cluster.emulator import ClusterEmulator, NodeHardware
 
 DRIVER = "580.95.05"
 
@@ -96,16 +98,24 @@ def smi_output(uuids: list[str]) -> str:
 
 
 def gpu_cluster(
-    emu: ClusterEmulator, gpus: dict[str, int], *, capacity: bool = True
+    emu: ClusterEmulator,
+    gpus: dict[str, int],
+    *,
+    mig: dict[str, dict[int, list[str]]] | None = None,
+    unhealthy: dict[str, int] | None = None,
 ) -> dict[str, list[str]]:
-    """Nodes named like the hosts; the kubelet answers verification pods with nvidia-smi -L."""
+    """Nodes named like the hosts, with SIMULATED GPUs (the UUIDs of `gpu_facts`), a loaded
+    driver and the `nvidia` runtime handler; capacity comes from the emulated device plugin.
+
+    `mig`: host -> {GPU index: [MIG profiles]} puts those GPUs in MIG mode;
+    `unhealthy`: host -> how many GPUs fell off the bus (the plugin reports them unhealthy).
+    """
     uuids = {host: uuids_for(host, count) for host, count in gpus.items()}
     for host, count in gpus.items():
-        emu.add_node(
-            host, allocatable={"nvidia.com/gpu": str(count)} if capacity and count else None
-        )
-    emu.auto_daemonsets = True
-    emu.pod_policy = lambda pod: PodFate.succeeded(smi_output(uuids[pod["spec"]["nodeName"]]))
+        hardware = NodeHardware.gpu_node(uuids[host], mig=(mig or {}).get(host)) if count else None
+        for gpu in (hardware.gpus if hardware else [])[: (unhealthy or {}).get(host, 0)]:
+            gpu.healthy = False
+        emu.add_node(host, hardware=hardware)
     return uuids
 
 

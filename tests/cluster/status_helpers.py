@@ -1,40 +1,39 @@
-"""Extensions of the emulator for `gpustack status` tests (kept out of tests/cluster/emulator.py).
+"""Clusters for `gpustack status` tests: GPU nodes running gpustack's device plugin DaemonSet.
 
-The emulator plays no DaemonSet controller that creates pods; these helpers put device plugin
-pods on nodes the way the DaemonSet controller and kubelet would (SIMULATED: no kubelet here).
+The device plugin pods come from the emulator's DaemonSet controller and kubelet, from the
+manifests gpustack renders; whether one is ready follows from the node's SIMULATED hardware
+(a node without GPUs crash-loops the plugin, as `failOnInitError` makes it do).
 """
 
 from __future__ import annotations
 
 from gpustack.cluster.status import UPGRADE_STATE_LABEL
+from gpustack.manifests import ClusterConfig, render
+from tests.cluster.emulator import NodeHardware
+from tests.cluster.helpers import uuids_for
 
-PLUGIN_LABELS = {
-    "app.kubernetes.io/name": "nvidia-device-plugin",
-    "app.kubernetes.io/instance": "gpustack",
-}
-
-
-def add_plugin_pod(emulator, node: str, ready: bool, namespace: str = "gpustack-system") -> None:
-    """A device plugin pod bound to `node`, Ready or not (as a kubelet would report it)."""
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": f"nvidia-device-plugin-{node}",
-            "namespace": namespace,
-            "labels": dict(PLUGIN_LABELS),
-        },
-        "spec": {"nodeName": node, "containers": [{"name": "plugin", "image": "x"}]},
-        "status": {
-            "phase": "Running",
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-        },
-    }
-    emulator.create(pod)
+PLUGIN_LABEL = "nvidia.com/gpu.deploy.device-plugin"
 
 
-def add_gpu_node(emulator, name: str, gpus: int, plugin_ready: bool | None, state: str = ""):
+def install_device_plugin(emulator, config: ClusterConfig | None = None) -> None:
+    """Apply gpustack's namespace, RuntimeClass and device plugin objects (as kubectl would)."""
+    for obj in render(config or ClusterConfig()):
+        name = obj["metadata"]["name"]
+        if obj["kind"] in ("Namespace", "RuntimeClass") or "nvidia-device-plugin" in name:
+            emulator.create(obj)
+
+
+def gpu_node(
+    emulator, name: str, gpus: int, *, plugin: bool = True, gfd: bool = False, state: str = ""
+) -> None:
+    """A node with `gpus` SIMULATED GPUs (0: none, but the nvidia runtime is configured);
+    `gfd`: labelled for GPU Feature Discovery too (no GFD runs here, so it has no GFD labels)."""
     labels = {UPGRADE_STATE_LABEL: state} if state else {}
-    emulator.add_node(name, labels=labels, allocatable={"nvidia.com/gpu": str(gpus)})
-    if plugin_ready is not None:
-        add_plugin_pod(emulator, name, plugin_ready)
+    if plugin:
+        labels[PLUGIN_LABEL] = "true"
+    if gfd:
+        labels["nvidia.com/gpu.deploy.gpu-feature-discovery"] = "true"
+    hardware = NodeHardware.gpu_node(uuids_for(name, gpus))
+    if not gpus:
+        hardware.driver = None
+    emulator.add_node(name, labels=labels, hardware=hardware)

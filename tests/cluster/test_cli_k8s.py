@@ -26,8 +26,7 @@ def local_inventory(tmp_path, host="gpuhost"):
 
 def test_install_applies_labels_verifies_and_exits_3_without_gpu(tmp_path, state_dir, cluster):
     emu = cluster.emulator
-    emu.add_node("gpuhost")
-    emu.auto_daemonsets = True
+    emu.add_node("gpuhost")  # no GPU hardware, like this machine
     kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig")
     inv = local_inventory(tmp_path)
     report, junit = tmp_path / "report.json", tmp_path / "junit.xml"
@@ -38,7 +37,7 @@ def test_install_applies_labels_verifies_and_exits_3_without_gpu(tmp_path, state
     )  # fmt: skip
 
     assert result.returncode == 3, result.stdout + result.stderr
-    assert "Applied 8 object(s): 8 created" in result.stdout
+    assert "Applied 11 object(s): 11 created" in result.stdout
     assert "gpuhost" in result.stdout and "FAILED" in result.stdout
     assert "no NVIDIA device" in result.stdout
     assert "1 node(s): 0 passed, 1 failed verification" in result.stdout

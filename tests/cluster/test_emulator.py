@@ -9,7 +9,7 @@ from kubernetes import client, config, dynamic
 from kubernetes.client.exceptions import ApiException
 
 from tests.cluster.emulator import PodFate
-from tests.cluster.kube_semantics import label_matcher
+from tests.cluster.emulator.selectors import label_matcher
 
 
 @pytest.fixture
@@ -69,34 +69,37 @@ def test_server_side_apply_ownership(cluster, api):
 
 
 def test_status_subresource_and_generation(cluster, api):
+    """A Deployment: no controller in the emulator writes its status, so a client's does."""
+    apps = client.AppsV1Api(api)
+    dep = {"metadata": {"name": "d"}, "spec": {"selector": {"matchLabels": {"x": "y"}},
+           "template": {"metadata": {"labels": {"x": "y"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}}  # fmt: skip
+    apps.create_namespaced_deployment("default", dep)
+    apps.patch_namespaced_deployment("d", "default", {"status": {"readyReplicas": 5}})
+    obj = apps.read_namespaced_deployment("d", "default")
+    assert obj.status is None or not obj.status.ready_replicas  # main resource ignores status
+    assert obj.metadata.generation == 1
+    apps.patch_namespaced_deployment_status("d", "default", {"status": {"readyReplicas": 5}})
+    obj = apps.read_namespaced_deployment("d", "default")
+    assert obj.status.ready_replicas == 5 and obj.metadata.generation == 1
+    apps.patch_namespaced_deployment("d", "default", {"spec": {"minReadySeconds": 3}})
+    assert apps.read_namespaced_deployment("d", "default").metadata.generation == 2
+
+
+def test_daemonset_status_belongs_to_its_controller(cluster, api):
+    """A client writing DaemonSet status is overwritten from the pods at the next sync."""
     apps = client.AppsV1Api(api)
     ds = {"metadata": {"name": "d"}, "spec": {"selector": {"matchLabels": {"x": "y"}},
           "template": {"metadata": {"labels": {"x": "y"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}}}}  # fmt: skip
     apps.create_namespaced_daemon_set("default", ds)
-    apps.patch_namespaced_daemon_set("d", "default", {"status": {"numberReady": 5}})
+    apps.patch_namespaced_daemon_set_status("d", "default", {"status": {"numberReady": 5, "desiredNumberScheduled": 5,
+                                                                      "currentNumberScheduled": 5, "numberMisscheduled": 0}})  # fmt: skip
     obj = apps.read_namespaced_daemon_set("d", "default")
-    assert obj.status is None or not obj.status.number_ready  # main resource ignores status
-    assert obj.metadata.generation == 1
-    apps.patch_namespaced_daemon_set_status(
-        "d",
-        "default",
-        {
-            "status": {
-                "numberReady": 5,
-                "currentNumberScheduled": 5,
-                "desiredNumberScheduled": 5,
-                "numberMisscheduled": 0,
-            }
-        },
-    )
-    obj = apps.read_namespaced_daemon_set("d", "default")
-    assert obj.status.number_ready == 5 and obj.metadata.generation == 1
-    apps.patch_namespaced_daemon_set("d", "default", {"spec": {"minReadySeconds": 3}})
-    assert apps.read_namespaced_daemon_set("d", "default").metadata.generation == 2
+    assert obj.status.number_ready == 0 and obj.status.desired_number_scheduled == 0  # no nodes
 
 
 def test_eviction_respects_pod_disruption_budgets(cluster, api):
     emu = cluster.emulator
+    emu.add_node("n1")
     emu.pod_policy = lambda pod: PodFate.running()
     core = client.CoreV1Api(api)
     for name in ("w1", "w2"):
@@ -116,11 +119,13 @@ def test_eviction_respects_pod_disruption_budgets(cluster, api):
             "w2", "default", {"metadata": {"name": "w2", "namespace": "default"}}
         )
     assert info.value.status == 429 and "disruption budget" in info.value.body
+    # w1 was deleted gracefully: terminating first, gone at the kubelet's next sync.
     assert [p.metadata.name for p in core.list_namespaced_pod("default").items] == ["w2"]
 
 
 def test_logs_proxy_and_fault_injection(cluster, api):
     emu = cluster.emulator
+    emu.add_node("n1")
     core = client.CoreV1Api(api)
     emu.pod_policy = lambda pod: PodFate.succeeded("hello\n")
     core.create_namespaced_pod(

@@ -29,9 +29,13 @@ def test_install_applies_labels_waits_and_verifies(cluster, kubeconfig, clock):
 
     assert report.passed, report.to_dict()
     for node in report.nodes:
-        assert [c.name for c in node.checks] == ["node", "gpus", "operands", "capacity", "pod"]
-        assert all(c.status == "passed" for c in node.checks)
-        assert "UUIDs match" in node.check("pod").message
+        names = [c.name for c in node.checks]
+        assert names == ["node", "gpus", "operands", "capacity", "pod", "gfd"]
+        assert all(c.status == "passed" for c in node.checks[:-1])
+        assert "UUID matches one of the host's" in node.check("pod").message
+        assert node.check("gfd").status == "skipped"  # no NFD in this cluster
+        assert "GFD labels need Node Feature Discovery running" in node.check("gfd").message
+    assert report.gfd_mode == "feature-file" and report.nfd_api is False
     assert {a.action for a in report.applied} == {"created"}
     kinds = {(a.kind, a.name) for a in report.applied}
     assert ("RuntimeClass", "nvidia") in kinds and ("DaemonSet", "nvidia-device-plugin") in kinds
@@ -40,6 +44,8 @@ def test_install_applies_labels_waits_and_verifies(cluster, kubeconfig, clock):
     assert len(daemonsets) == 3
     for ds in daemonsets:
         assert ds["metadata"]["managedFields"][0]["manager"] == "gpustack"
+        status = ds["status"]  # computed by the emulated DaemonSet controller from its pods
+        assert status["numberReady"] == status["desiredNumberScheduled"] == 2
     labels = emu.get("v1", "Node", "gpu2")["metadata"]["labels"]
     assert labels["nvidia.com/gpu.present"] == "true"
     assert labels["nvidia.com/gpu.deploy.device-plugin"] == "true"

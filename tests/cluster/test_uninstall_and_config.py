@@ -30,12 +30,14 @@ def test_uninstall_removes_only_gpustacks_objects_and_labels(cluster, kubeconfig
             "handler": "kata",
         }
     )
-    emu.store["/v1/nodes"][(None, "gpu1")]["metadata"]["labels"]["team"] = "vision"
+    emu.merge_patch("v1", "Node", "gpu1", {"metadata": {"labels": {"team": "vision"}}})
 
     removed = flow.uninstall(session)
 
     assert "RuntimeClass nvidia" in removed["deleted"]
     assert f"DaemonSet {NS}/nvidia-device-plugin" in removed["deleted"]
+    for kind in ("ServiceAccount", "Role", "RoleBinding"):
+        assert f"{kind} {NS}/gpu-feature-discovery" in removed["deleted"]
     assert removed["unlabelled_nodes"] == ["gpu1"]
     assert emu.objects("apps/v1", "DaemonSet") == []
     assert emu.get("node.k8s.io/v1", "RuntimeClass", "nvidia") is None
@@ -54,7 +56,7 @@ def test_uninstall_removes_only_gpustacks_objects_and_labels(cluster, kubeconfig
     assert emu.get("v1", "Node", "cpu1")["metadata"]["labels"]["team"] == "ml"
     assert verify_pods(emu) == []
     # Again: nothing left to do, no error; without the user's object the namespace goes.
-    emu.store["/v1/configmaps"].pop((NS, "mine"))
+    emu.delete("v1", "ConfigMap", "mine", NS)
     again = flow.uninstall(session)
     assert again == {"deleted": [f"Namespace {NS}"], "kept": [], "unlabelled_nodes": []}
     assert emu.get("v1", "Namespace", NS) is None

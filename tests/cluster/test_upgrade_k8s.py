@@ -24,7 +24,7 @@ from gpustack.upgrade.state import (
     Target,
     in_progress_intervals,
 )
-from tests.cluster.emulator import PodFate
+from tests.cluster.emulator import NodeHardware, PodFate
 from tests.cluster.helpers import inventory, smi_output, uuids_for
 from tests.upgrade_doubles import NEW, FakeHostUpgrader
 
@@ -41,7 +41,9 @@ def admin_patch(kubeconfig, name: str, patch: dict) -> None:
 def gpu_fleet(emu, count: int, kubeconfig=None, cordoned=(), skip=()) -> list[str]:
     names = [f"gpu{i:03d}" for i in range(count)]
     for name in names:
-        emu.add_node(name, allocatable={GPU: "8"},
+        # SIMULATED hosts with 8 GPUs; their device plugin is the FakeHostUpgrader's concern
+        # (set_allocatable), not the emulated one.
+        emu.add_node(name, allocatable={GPU: "8"}, hardware=NodeHardware.gpu_node(uuids_for(name, 8)),
                      labels={SKIP_LABEL: "true"} if name in skip else None)  # fmt: skip
     for name in cordoned:
         admin_patch(kubeconfig, name, {"spec": {"unschedulable": True}})
@@ -53,8 +55,11 @@ def gpu_fleet(emu, count: int, kubeconfig=None, cordoned=(), skip=()) -> list[st
         return PodFate.running()
 
     emu.pod_policy = fate
-    # gpustack's k8s side is installed: its namespace hosts the verification pods.
+    # gpustack's k8s side is installed: its namespace hosts the verification pods, which run
+    # with the RuntimeClass nvidia.
     emu.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpustack-system"}})
+    emu.create({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                "metadata": {"name": "nvidia"}, "handler": "nvidia"})  # fmt: skip
     return names
 
 
@@ -65,9 +70,13 @@ def workload(emu, node: str, name: str, gpus: int = 1, owner: str | None = "Repl
         meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner, "name": f"{name}-rs",
                                     "uid": f"uid-{name}", "controller": True}]  # fmt: skip
     resources = {"limits": {GPU: str(gpus)}} if gpus else {}
-    emu.create({"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-                "spec": {"nodeName": node, "containers": [{"name": "c", "image": "busybox",
-                                                            "resources": resources}]}})  # fmt: skip
+    spec = {
+        "nodeName": node,
+        "containers": [{"name": "c", "image": "busybox", "resources": resources}],
+    }
+    if owner == "Job":
+        spec["restartPolicy"] = "Never"  # what the Job controller requires of its pods
+    emu.create({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
 
 
 def pods(emu) -> set[str]:
@@ -222,7 +231,7 @@ def test_wait_for_jobs_then_validation_waits_for_gpus(cluster, kubeconfig):
     emu = cluster.emulator
     hosts = gpu_fleet(emu, 50)
     workload(emu, "gpu000", "job-1", gpus=0, labels={"kind": "batch"}, owner="Job")
-    emu.later(0.2, emu.set_pod_fate, "default", "job-1", PodFate.succeeded())
+    emu.later(0.2, emu.finish_workload, "default", "job-1", PodFate.succeeded())
     steps = StepOptions(poll=0.02, pod_selector="kind=batch", validation_timeout=0.3)
 
     def gpus_never_return(host):

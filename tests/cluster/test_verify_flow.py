@@ -1,4 +1,9 @@
-"""Waiting and verification outcomes against the emulator (fake clock: timeouts cost no time)."""
+"""Waiting and verification outcomes against the emulator (fake clock: timeouts cost no time).
+
+Every outcome here comes from what the emulated cluster does with the rendered manifests and
+the SIMULATED node hardware (tests/cluster/helpers.py): no test sets a DaemonSet's or a
+pod's status.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +23,8 @@ from tests.cluster.helpers import (
 )
 
 NS = "gpustack-system"
+PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
+VERIFY_IMAGE = "nvcr.io/nvidia/cuda:12.9.1-base-ubuntu22.04"
 
 
 def install(kubeconfig, clock, facts, hostvars=None, extravars=None, failed=()):
@@ -35,21 +42,20 @@ def checks(report, host):
 def test_waits_for_daemonsets_to_become_ready(cluster, kubeconfig, clock):
     emu = cluster.emulator
     gpu_cluster(emu, {"gpu1": 1})
-    emu.auto_daemonsets = False
-    clock.on_sleep = lambda t: emu.mark_daemonsets_ready() if t >= 5 else None
+    emu.pause_kubelet("gpu1")  # the node's kubelet is slow to start the operand pods
+    clock.on_sleep = lambda t: emu.resume_kubelet("gpu1") if t >= 5 else None
 
     report = install(kubeconfig, clock, {"gpu1": gpu_facts("gpu1", 1)})
 
-    assert report.passed
-    assert 5 <= clock.t < 10  # it polled until the controller caught up, not longer
+    assert report.passed, report.to_dict()
+    assert 5 <= clock.t < 10  # it polled until the pods ran, not longer
     assert all(d.ready for d in report.daemonsets)
 
 
 def test_daemonsets_never_ready_fail_the_node(cluster, kubeconfig, clock):
     emu = cluster.emulator
     gpu_cluster(emu, {"gpu1": 1})
-    emu.auto_daemonsets = False
-    clock.on_sleep = lambda t: emu.mark_daemonsets_ready(ready=False)
+    emu.unpullable.add(PLUGIN_IMAGE)  # not mirrored into this (air-gapped) registry
 
     report = install(
         kubeconfig,
@@ -64,11 +70,13 @@ def test_daemonsets_never_ready_fail_the_node(cluster, kubeconfig, clock):
     assert "nvidia-device-plugin not ready after 20 s: 0/1 ready" in message
     assert "capacity" not in checks(report, "gpu1")
     assert emu.count("POST", f"/api/v1/namespaces/{NS}/pods") == 0
+    pod = emu.objects("v1", "Pod", NS, selector="app.kubernetes.io/name=nvidia-device-plugin")[0]
+    assert pod["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "ErrImagePull"
 
 
 def test_capacity_timeout_says_what_was_expected(cluster, kubeconfig, clock):
     emu = cluster.emulator
-    gpu_cluster(emu, {"gpu1": 2}, capacity=False)
+    gpu_cluster(emu, {"gpu1": 2}, unhealthy={"gpu1": 1})  # one GPU fell off the bus
 
     report = install(
         kubeconfig,
@@ -79,18 +87,17 @@ def test_capacity_timeout_says_what_was_expected(cluster, kubeconfig, clock):
 
     status, message = checks(report, "gpu1")["capacity"]
     assert status == "failed"
-    assert "allocatable nvidia.com/gpu is 0 after 30 s, expected 2 (2 GPU(s))" in message
+    assert "allocatable nvidia.com/gpu is 1 after 30 s, expected 2 (2 GPU(s))" in message
     assert "device plugin" in message
     assert 30 <= clock.t < 32
     assert emu.count("POST", f"/api/v1/namespaces/{NS}/pods") == 0
+    node = emu.get("v1", "Node", "gpu1")["status"]
+    assert (node["capacity"]["nvidia.com/gpu"], node["allocatable"]["nvidia.com/gpu"]) == ("2", "1")
 
 
-def test_capacity_counts_time_slicing_replicas(cluster, kubeconfig, clock):
+def test_time_slicing_capacity_and_a_one_unit_verification_pod(cluster, kubeconfig, clock):
     emu = cluster.emulator
-    gpu_cluster(emu, {"gpu1": 2}, capacity=False)
-    clock.on_sleep = lambda t: (
-        emu.set_allocatable("gpu1", {"nvidia.com/gpu": "8"}) if t >= 3 else None
-    )
+    gpu_cluster(emu, {"gpu1": 2})
 
     report = install(
         kubeconfig,
@@ -100,17 +107,16 @@ def test_capacity_counts_time_slicing_replicas(cluster, kubeconfig, clock):
     )
 
     assert report.passed, report.to_dict()
-    pod_limits = [
-        r.data["spec"]["containers"][0]["resources"]["limits"]
-        for r in emu._requests
-        if r.method.value == "POST" and r.url.path.endswith("/pods")
-    ]
-    assert pod_limits == [{"nvidia.com/gpu": 8}]  # all of the node's GPUs
+    assert checks(report, "gpu1")["capacity"] == ("passed", "nvidia.com/gpu: 8")
+    bodies = emu.request_bodies("POST", f"/api/v1/namespaces/{NS}/pods")
+    resources = [b["spec"]["containers"][0]["resources"] for b in bodies]
+    assert resources == [{"requests": {"nvidia.com/gpu": 1}, "limits": {"nvidia.com/gpu": 1}}]
 
 
 def test_pod_failed_reports_exit_code_and_log(cluster, kubeconfig, clock):
     emu = cluster.emulator
     gpu_cluster(emu, {"gpu1": 1})
+    # SIMULATED host-side failure of the verification container (a broken runtime hook).
     emu.pod_policy = lambda pod: PodFate.failed(
         "Failed to initialize NVML: Unknown Error\n", exit_code=255
     )
@@ -124,12 +130,10 @@ def test_pod_failed_reports_exit_code_and_log(cluster, kubeconfig, clock):
     assert verify_pods(emu) == []
 
 
-def test_pod_stuck_pending_surfaces_the_scheduling_message(cluster, kubeconfig, clock):
+def test_pod_stuck_pending_surfaces_the_kubelets_words(cluster, kubeconfig, clock):
     emu = cluster.emulator
     gpu_cluster(emu, {"gpu1": 1})
-    emu.pod_policy = lambda pod: PodFate.unschedulable(
-        "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
-    )
+    emu.unpullable.add(VERIFY_IMAGE)  # the CUDA image was not mirrored
 
     report = install(
         kubeconfig,
@@ -141,30 +145,31 @@ def test_pod_stuck_pending_surfaces_the_scheduling_message(cluster, kubeconfig, 
     status, message = checks(report, "gpu1")["pod"]
     assert status == "failed"
     assert "still Pending after 40 s" in message
-    assert "Unschedulable: 0/1 nodes are available: 1 Insufficient nvidia.com/gpu." in message
+    assert f'ErrImagePull: Failed to pull image "{VERIFY_IMAGE}"' in message
     assert verify_pods(emu) == []
 
 
 def test_pending_without_condition_uses_events(cluster, kubeconfig, clock):
     emu = cluster.emulator
     gpu_cluster(emu, {"gpu1": 1})
-    emu.pod_policy = lambda pod: None  # nobody acts on the pod
+    sync = emu.kubelet.sync
 
-    def event(t):
+    def kubelet_stalls_on_verification_pods(restart):
+        if verify_pods(emu):  # the node's kubelet hangs: the pod gets no status at all
+            emu.kubelet.pause("gpu1")
+        sync(restart)
+
+    def another_component_reports(t):
         for pod in verify_pods(emu):
-            if not emu.objects("v1", "Event", NS):
-                emu.create(
-                    {
-                        "apiVersion": "v1",
-                        "kind": "Event",
-                        "metadata": {"name": "e1", "namespace": NS},
-                        "involvedObject": {"kind": "Pod", "name": pod["metadata"]["name"]},
-                        "reason": "FailedCreatePodSandBox",
-                        "message": 'no runtime for "nvidia" is configured',
-                    }
-                )
+            if not emu.objects("v1", "Event", NS, selector=""):
+                emu.create({"apiVersion": "v1", "kind": "Event",
+                            "metadata": {"name": "e1", "namespace": NS},
+                            "involvedObject": {"kind": "Pod", "name": pod["metadata"]["name"]},
+                            "reason": "FailedCreatePodSandBox", "type": "Warning",
+                            "message": 'no runtime for "nvidia" is configured'})  # fmt: skip
 
-    clock.on_sleep = event
+    emu.kubelet.sync = kubelet_stalls_on_verification_pods
+    clock.on_sleep = another_component_reports
     report = install(
         kubeconfig,
         clock,
@@ -180,7 +185,8 @@ def test_uuid_mismatch_is_reported(cluster, kubeconfig, clock):
     emu = cluster.emulator
     gpu_cluster(emu, {"gpu1": 2})
     other = uuids_for("elsewhere", 2)
-    emu.pod_policy = lambda pod: PodFate.succeeded(smi_output([uuids_for("gpu1", 2)[0], other[1]]))
+    # SIMULATED: the container sees a GPU that is not the host's (a wrong node mapping).
+    emu.pod_policy = lambda pod: PodFate.succeeded(smi_output([other[1]]))
 
     report = install(kubeconfig, clock, {"gpu1": gpu_facts("gpu1", 2)})
 
@@ -190,10 +196,21 @@ def test_uuid_mismatch_is_reported(cluster, kubeconfig, clock):
     assert uuids_for("gpu1", 2)[1] in message and other[1] in message
 
 
+def test_a_pod_that_sees_more_gpus_than_it_was_given_fails(cluster, kubeconfig, clock):
+    emu = cluster.emulator
+    uuids = gpu_cluster(emu, {"gpu1": 2})
+    emu.pod_policy = lambda pod: PodFate.succeeded(smi_output(uuids["gpu1"]))  # SIMULATED leak
+
+    report = install(kubeconfig, clock, {"gpu1": gpu_facts("gpu1", 2)})
+
+    status, message = checks(report, "gpu1")["pod"]
+    assert status == "failed" and "listed 2 GPUs" in message and "isolation" in message
+
+
 def test_pods_are_deleted_when_interrupted(cluster, kubeconfig, clock):
     emu = cluster.emulator
     gpu_cluster(emu, {"gpu1": 1, "gpu2": 1})
-    emu.pod_policy = lambda pod: None
+    emu.unpullable.add(VERIFY_IMAGE)
 
     def interrupt(t):
         if verify_pods(emu):
@@ -209,7 +226,7 @@ def test_pods_are_deleted_when_interrupted(cluster, kubeconfig, clock):
 def test_node_missing_or_named_differently(cluster, kubeconfig, clock):
     emu = cluster.emulator
     gpu_cluster(emu, {"gpu1": 1})
-    emu.add_node("gpu2.cluster.example", allocatable={"nvidia.com/gpu": "1"})
+    emu.add_node("gpu2.cluster.example")
     facts = {h: gpu_facts(h, 1) for h in ("gpu1", "gpu2", "gpu3")}
 
     report = install(kubeconfig, clock, facts)
@@ -279,12 +296,6 @@ def test_servicemonitor_only_with_its_crd(cluster, kubeconfig, clock):
 def test_dcgm_scrape_and_vectoradd(cluster, kubeconfig, clock):
     emu = cluster.emulator
     uuids = gpu_cluster(emu, {"gpu1": 2})
-    smi = smi_output(uuids["gpu1"])
-    emu.pod_policy = lambda pod: PodFate.succeeded(
-        smi
-        if pod["metadata"]["labels"]["gpustack.io/verify-kind"] == "nvidia-smi"
-        else "Test PASSED\n"
-    )
     metrics = "".join(
         f'DCGM_FI_DEV_GPU_TEMP{{gpu="{i}",UUID="{u}",Hostname="gpu1"}} 41\n'
         for i, u in enumerate(uuids["gpu1"][:1])

@@ -92,8 +92,16 @@ def test_install_then_status_shows_no_drift(lab):
         assert row["driver"]["installed"] == OLD and row["driver"]["desired"] == OLD
         assert row["driver"]["held"] is True
         assert row["toolkit"]["installed"] == lab_fixtures.VERSIONS[-1]
-        assert row["runtime"] == {"kind": "containerd", "wired": True,
-                                  "detail": "effective configuration (containerd config dump)"}  # fmt: skip
+        runtime = row["runtime"]
+        assert (runtime["kind"], runtime["wired"], runtime["detail"]) == (
+            "containerd",
+            True,
+            "effective configuration (containerd config dump)",
+        )
+        # the running containerd has the nvidia handler loaded, no restart owed
+        assert runtime["restart_needed"] is False
+        assert runtime["loaded"]["available"] is True and runtime["loaded"]["differences"] == []
+        assert runtime["loaded"]["restart_pending"] is False
         assert row["reboot_required"] is False and row["gpus"] == "0"
 
 

@@ -84,3 +84,44 @@ def test_inactive_runtime_and_missing_facts():
     assert "containerd is installed but not running" in messages(doctor.find_problems("h", f))
     (p,) = doctor.find_problems("h", {})
     assert p.severity == "error"
+
+
+def _docker_node(version, runtime_handlers, serves=True):
+    return facts(
+        runtime="docker",
+        runtimes=[{"kind": "docker", "version": "27.3.1", "active": True}],
+        kubelet={"present": True, "cri": "cri-dockerd"},
+        cri_dockerd={
+            "present": True,
+            "version": version,
+            "serves_kubelet": serves,
+            "runtime_handlers": runtime_handlers,
+        },
+    )
+
+
+def test_cri_dockerd_before_0_4_is_an_error_with_the_ways_out():
+    problems = doctor.find_problems("gpu1", _docker_node("0.3.16", False))
+    errors = [p for p in problems if p.severity == "error"]
+    assert len(errors) == 1
+    assert "cri-dockerd 0.3.16" in errors[0].message
+    assert "refuses RuntimeClass handler 'nvidia'" in errors[0].message
+    for way_out in ("0.4.0 or later", "containerd", "container_runtime_nvidia_default=true",
+                    'gpustack_k8s_runtime_class=""'):  # fmt: skip
+        assert way_out in errors[0].hint
+    assert errors[0].host == "gpu1"
+
+
+def test_cri_dockerd_docker_nodes_that_work():
+    assert doctor.find_problems("gpu1", _docker_node("0.4.0", True)) == []
+    # nvidia as Docker's default runtime and no RuntimeClass: old cri-dockerd is fine
+    assert doctor.find_problems("gpu1", _docker_node("0.3.16", False), runtime_class="") == []
+    # cri-dockerd installed but the kubelet uses containerd
+    assert doctor.find_problems("gpu1", _docker_node("0.3.16", False, serves=False)) == []
+
+
+def test_cri_dockerd_of_unknown_version_is_a_warning():
+    problems = doctor.find_problems("gpu1", _docker_node(None, None))
+    assert [p.severity for p in problems] == ["warning"]
+    assert "unknown version" in problems[0].message
+    assert "cri-dockerd --version" in problems[0].hint

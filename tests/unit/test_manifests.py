@@ -30,6 +30,7 @@ CONFIGS = {
     "mps": {"mps_replicas": 4},
     "registry-override": {"registry": "registry.example:5000/nvidia-mirror"},
     "gfd-off": {"gfd_enabled": False},
+    "gfd-node-feature-api": {"gfd_mode": "node-feature-api"},
     "dcgm-off": {"dcgm_exporter_enabled": False},
     "namespace-digest": {
         "namespace": "gpu-ops",
@@ -244,6 +245,46 @@ def test_gfd_uses_the_device_plugin_image_and_can_be_turned_off():
     assert config.image("gfd") == "registry.local/gfd:v0.17.4"
 
 
+@pytest.mark.parametrize(
+    ("mode", "nfd_api", "api"),
+    [("auto", False, False), ("auto", True, True), ("feature-file", True, False),
+     ("node-feature-api", False, True)],
+)  # fmt: skip
+def test_gfd_mode_service_account_and_role(mode, nfd_api, api):
+    objects = render(ClusterConfig(gfd_mode=mode), nfd_api=nfd_api)
+    kinds = [(o["kind"], o["metadata"]["name"]) for o in objects]
+    gfd = ("gpu-feature-discovery",)
+    sa, role, binding, ds = (
+        kinds.index((k, *gfd)) for k in ("ServiceAccount", "Role", "RoleBinding", "DaemonSet")
+    )
+    assert sa < role < binding < ds  # RBAC exists before the pods that need it
+    rules = _by_kind(objects, "Role")["gpu-feature-discovery"]["rules"]
+    assert rules == [
+        {"apiGroups": ["nfd.k8s-sigs.io"], "resources": ["nodefeatures"],
+         "verbs": ["get", "list", "watch", "create", "update"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+    ]  # fmt: skip
+    rb = _by_kind(objects, "RoleBinding")["gpu-feature-discovery"]
+    assert rb["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "Role",
+        "name": "gpu-feature-discovery",
+    }
+    assert rb["subjects"] == [
+        {"kind": "ServiceAccount", "name": "gpu-feature-discovery", "namespace": "gpustack-system"}
+    ]
+    assert "ClusterRole" not in {o["kind"] for o in objects}
+    spec = _by_kind(objects, "DaemonSet")["gpu-feature-discovery"]["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == "gpu-feature-discovery"
+    assert spec["automountServiceAccountToken"] is api
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in spec["containers"][0]["env"]}
+    assert env["USE_NODE_FEATURE_API"] == ("true" if api else "false")
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert next(m["mountPath"] for m in spec["containers"][0]["volumeMounts"]) == (
+        "/etc/kubernetes/node-feature-discovery/features.d"
+    )
+
+
 def test_dcgm_exporter_service_and_metrics():
     _, objects = _objects("default", servicemonitor=False)
     assert "ServiceMonitor" not in {o["kind"] for o in objects}
@@ -370,6 +411,7 @@ def test_verify_pod():
     assert spec["restartPolicy"] == "Never"
     assert spec["containers"][0]["command"] == ["nvidia-smi", "-L"]
     assert spec["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu.shared": 2}
+    assert spec["containers"][0]["resources"]["requests"] == {"nvidia.com/gpu.shared": 2}
     assert spec["tolerations"][0]["key"] == "nvidia.com/gpu"
     pod = render_verify_pod(config, node_name="n", gpus=1, name="v", resource="nvidia.com/gpu")
     assert pod["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": 1}

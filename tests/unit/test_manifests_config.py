@@ -108,6 +108,11 @@ def _bad(variables: dict) -> BadInput:
             "gpustack_k8s_namespace=",
         ),
         ({"gpustack_k8s_gfd_enabled": "maybe"}, "gpustack_k8s_gfd_enabled=maybe", "true or false"),
+        (
+            {"gpustack_k8s_gfd_mode": "nfd"},
+            "gpustack_k8s_gfd_mode=nfd",
+            "auto, node-feature-api or feature-file",
+        ),
         ({"gpustack_k8s_verify_timeout": "5"}, "gpustack_k8s_verify_timeout=5", "seconds"),
     ],
 )

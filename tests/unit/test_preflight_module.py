@@ -81,3 +81,132 @@ def test_primary_runtime_precedence(monkeypatch):
         mod, "which", lambda name: "/usr/bin/kubelet" if name == "kubelet" else None
     )
     assert mod.primary_runtime(kinds("containerd", "docker")) == "containerd"
+
+
+def test_a_kubelet_behind_cri_dockerd_makes_docker_the_runtime_to_wire(monkeypatch):
+    """Docker, Docker's containerd and a kubelet: which one to configure depends on the
+    kubelet's CRI endpoint (before: always containerd, which such a kubelet never uses)."""
+    monkeypatch.setattr(
+        mod, "which", lambda name: "/usr/bin/kubelet" if name == "kubelet" else None
+    )
+    found = [{"kind": "containerd"}, {"kind": "docker"}]
+    assert mod.primary_runtime(found, "cri-dockerd") == "docker"
+    assert mod.primary_runtime(found, "containerd") == "containerd"
+    assert mod.primary_runtime(found, None) == "containerd"
+    assert mod.primary_runtime([{"kind": "crio"}, {"kind": "docker"}], "cri-dockerd") == "crio"
+
+
+@pytest.mark.parametrize(
+    ("args", "name", "value"),
+    [
+        (
+            ["--container-runtime-endpoint=unix:///run/cri-dockerd.sock"],
+            "container-runtime-endpoint",
+            "unix:///run/cri-dockerd.sock",
+        ),
+        (
+            ["--v", "2", "--container-runtime-endpoint", "unix:///x.sock"],
+            "container-runtime-endpoint",
+            "unix:///x.sock",
+        ),
+        (["--config=/a", "--config=/b"], "config", "/b"),
+        (["--container-runtime-endpoint"], "container-runtime-endpoint", None),
+        ([], "config", None),
+    ],
+)
+def test_flag_value(args, name, value):
+    assert mod.flag_value(args, name) == value
+
+
+def test_kubelet_endpoint_from_a_kubeadm_flags_file():
+    files = {
+        "/var/lib/kubelet/kubeadm-flags.env": (
+            'KUBELET_KUBEADM_ARGS="--container-runtime-endpoint=unix:///var/run/cri-dockerd.sock '
+            '--pod-infra-container-image=registry.k8s.io/pause:3.10"\n'
+        )
+    }
+    endpoint, source = mod.kubelet_runtime_endpoint(None, files.get)
+    assert endpoint == "unix:///var/run/cri-dockerd.sock"
+    assert source == "/var/lib/kubelet/kubeadm-flags.env"
+    assert mod.cri_of(endpoint) == "cri-dockerd"
+
+
+def test_kubelet_endpoint_precedence_process_then_its_config_then_files():
+    files = {
+        "/etc/kubelet.yaml": "kind: KubeletConfiguration\ncontainerRuntimeEndpoint: 'unix:///run/containerd/containerd.sock'\n",
+        "/etc/default/kubelet": "KUBELET_EXTRA_ARGS=--container-runtime-endpoint=unix:///run/cri-dockerd.sock\n",
+        "/var/lib/kubelet/config.yaml": "containerRuntimeEndpoint: unix:///var/run/crio/crio.sock\n",
+    }
+    running = ["--container-runtime-endpoint=unix:///run/k3s/containerd/containerd.sock"]
+    assert mod.kubelet_runtime_endpoint(running, files.get) == (
+        "unix:///run/k3s/containerd/containerd.sock",
+        "kubelet process",
+    )
+    assert mod.kubelet_runtime_endpoint(["--config=/etc/kubelet.yaml"], files.get) == (
+        "unix:///run/containerd/containerd.sock",
+        "/etc/kubelet.yaml",
+    )
+    assert mod.kubelet_runtime_endpoint(["--v=2"], files.get) == (
+        "unix:///run/cri-dockerd.sock",
+        "/etc/default/kubelet",
+    )
+    only_config = {"/var/lib/kubelet/config.yaml": files["/var/lib/kubelet/config.yaml"]}
+    endpoint, _ = mod.kubelet_runtime_endpoint(None, only_config.get)
+    assert mod.cri_of(endpoint) == "crio"
+    assert mod.kubelet_runtime_endpoint(None, {}.get) == (None, None)
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "cri"),
+    [
+        ("unix:///run/cri-dockerd.sock", "cri-dockerd"),
+        ("unix:///var/run/dockershim.sock", "dockershim"),
+        ("unix:///var/run/crio/crio.sock", "crio"),
+        ("unix:///run/containerd/containerd.sock", "containerd"),
+        ("unix:///run/k3s/containerd/containerd.sock", "containerd"),
+        ("unix:///run/other.sock", "other"),
+        (None, None),
+    ],
+)
+def test_cri_of(endpoint, cri):
+    assert mod.cri_of(endpoint) == cri
+
+
+@pytest.mark.parametrize(
+    ("version", "handlers"),
+    [
+        ("0.3.16", False),
+        ("0.3.25", False),
+        ("0.4.0", True),
+        ("0.4.3", True),
+        ("1.0.0", True),
+        (None, None),
+        ("dev", None),
+    ],
+)
+def test_cri_dockerd_runs_runtime_class_handlers_from_0_4_0(version, handlers):
+    assert mod.runtime_handlers(version) is handlers
+
+
+def test_cri_dockerd_facts_from_its_binary(monkeypatch, tmp_path):
+    shim = tmp_path / "cri-dockerd"
+    shim.write_text("#!/bin/sh\necho 'cri-dockerd 0.3.16 (d5bd4c7)'\n")
+    shim.chmod(0o755)
+    monkeypatch.setattr(mod, "which", lambda name: str(shim) if name == "cri-dockerd" else None)
+    facts = mod.cri_dockerd("cri-dockerd", True)
+    assert facts["version"] == "0.3.16"
+    assert facts["serves_kubelet"] is True and facts["runtime_handlers"] is False
+    # endpoint unknown: a kubelet next to cri-dockerd uses it; a known other endpoint wins
+    assert mod.cri_dockerd(None, True)["serves_kubelet"] is True
+    assert mod.cri_dockerd("containerd", True)["serves_kubelet"] is False
+    monkeypatch.setattr(mod, "which", lambda name: None)
+    monkeypatch.setattr(mod, "CRI_DOCKERD_SOCKETS", ())
+    assert mod.cri_dockerd(None, True) == {
+        "present": False,
+        "binary": None,
+        "version": None,
+        "socket": None,
+        "active": None,
+        "serves_kubelet": False,
+        "runtime_handlers": None,
+    }

@@ -121,6 +121,28 @@ def test_rollout_report_and_resume_rules(inv, state_dir, tmp_path, capsys):
     assert len(upgrader.calls) == 5
 
 
+def test_the_next_upgrade_starts_the_nodes_that_took_longest(inv, state_dir, capsys):
+    upgrader = FakeHostUpgrader(durations={"gpu4": 0.4, "gpu2": 0.2}, duration=0.01)
+    assert run_upgrade(options(inv, max_unavailable="1"), fake(upgrader)) == 0
+    assert upgrader.calls == ["gpu1", "gpu2", "gpu3", "gpu4", "gpu5"]
+    recorded = FileStateStore(state_path_for(inv)).load()
+    assert recorded.durations == {}  # the first upgrade knew nothing
+    capsys.readouterr()
+    proc = upgrade(inv, "--driver-version", OLD, "--dry-run", "--max-unavailable", "1")
+    assert "order: longest first, as measured in the last upgrade (5 of 5 node(s)" in proc.stdout
+    assert "batch 1: gpu4\n  batch 2: gpu2\n" in proc.stdout
+    upgrader = FakeHostUpgrader(version=OLD)
+    assert run_upgrade(options(inv, driver_version=OLD, max_unavailable="1"), fake(upgrader)) == 0
+    assert upgrader.calls[:2] == ["gpu4", "gpu2"]
+    durations = FileStateStore(state_path_for(inv)).load().durations
+    assert durations["gpu4"] >= 0.4 and max(durations, key=durations.get) == "gpu4"
+    # A host new to the inventory has no figure yet: it goes first (it might be slow).
+    inv.write_text(inv.read_text() + "gpu6 ansible_host=10.0.0.6\n")
+    proc = upgrade(inv, "--driver-version", NEW, "--dry-run", "--max-unavailable", "1")
+    assert "(5 of 6 node(s) measured; the others go first)" in proc.stdout, proc.stdout
+    assert "batch 1: gpu6\n  batch 2: gpu4\n" in proc.stdout
+
+
 def test_canary_without_yes_pauses_and_exits_0(inv, state_dir, capsys):
     upgrader = FakeHostUpgrader()
     code = run_upgrade(options(inv, canary=1, yes=False), fake(upgrader))

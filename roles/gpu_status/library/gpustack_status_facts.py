@@ -103,6 +103,18 @@ def pinned_version(text):
     return match.group(1) if match else None
 
 
+def pins(text):
+    """{package: version} of every `Package:`/`Pin: version` stanza of a gpustack pin file."""
+    found = {}
+    for stanza in re.split(r"\n\s*\n", text or ""):
+        package = re.search(r"^Package:\s*(.+)$", stanza, re.MULTILINE)
+        version = re.search(r"^Pin:\s*version\s+(\S+)", stanza, re.MULTILINE)
+        if package and version:
+            for name in package.group(1).split():
+                found[name] = version.group(1)
+    return found
+
+
 def parse_dpkg(text):
     """`Package Version Status-Abbrev` lines -> {package: version} of installed packages."""
     found = {}
@@ -211,6 +223,7 @@ def gather(params):
             "packages": driver_pkgs,
             "held": [p for p in held if p in driver_pkgs],
             "pinned_version": pinned_version(read(DRIVER_PIN)),
+            "pins": pins(read(DRIVER_PIN)),
         },
         "toolkit": {
             "installed_version": toolkit_pkgs.get("nvidia-container-toolkit"),

@@ -192,6 +192,45 @@ def url_credentials(url):
     return [unquote(username), unquote(password)]
 
 
+def companion_versions(madison, companions, target, source="distro"):
+    """{package: version} for the driver's companion packages (persistenced, modprobe, ...).
+
+    From NVIDIA's repository they exist at the driver's exact version: that one. Debian ships
+    them from separate source packages with their own versions; the one released with the
+    driver is the same upstream version when offered, else the newest not newer than the
+    driver, else the newest of its branch (e.g. bookworm's 535.261.03 driver came with
+    nvidia-modprobe 535.161.07, its 535.309.01 security update with nvidia-modprobe 535.309.01).
+    A companion with none of these is left out (the caller reports it).
+    """
+    offered = {}
+    for line in (madison or "").splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) >= 3 and parts[0] in companions and parts[1]:
+            offered.setdefault(parts[0], []).append(parts[1])
+    branch = driver_branch(target)
+    found = {}
+    for name in companions:
+        versions = offered.get(name) or []
+        if source != "distro":
+            if target in versions:
+                found[name] = target
+            continue
+        same = sorted((v for v in versions if driver_branch(v) == branch), key=_SortKey)
+        upstream = upstream_version(target)
+        exact = [v for v in same if upstream_version(v) == upstream]
+        older = [v for v in same if debian_version_compare(upstream_version(v), upstream) <= 0]
+        for choice in (exact, older, same):
+            if choice:
+                found[name] = choice[-1]
+                break
+    return found
+
+
+def package_specs(versions, names):
+    """["name=version", ...] for `names` that have a version in `versions`."""
+    return ["%s=%s" % (name, versions[name]) for name in names if name in versions]
+
+
 class FilterModule(object):
     def filters(self):
         return {
@@ -204,4 +243,6 @@ class FilterModule(object):
             "nvidia_driver_smi_gpus": smi_gpus,
             "nvidia_driver_nvrm_version": nvrm_version,
             "nvidia_driver_url_credentials": url_credentials,
+            "nvidia_driver_companion_versions": companion_versions,
+            "nvidia_driver_package_specs": package_specs,
         }

@@ -1,37 +1,12 @@
-"""Pure Kubernetes API semantics the emulator needs: selectors, field ownership, merge patch.
-
-Kept apart from the server (tests/cluster/emulator.py) so each stays one idea.
-"""
+"""Label and field selectors, as the API server and controllers evaluate them."""
 
 from __future__ import annotations
 
-import copy
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
-
-class ApiError(Exception):
-    """Answered as a Kubernetes `Status` with this code and reason."""
-
-    def __init__(self, code: int, reason: str, message: str, details: dict | None = None):
-        super().__init__(message)
-        self.code, self.reason, self.message, self.details = code, reason, message, details or {}
-
-    def status(self) -> dict:
-        return {
-            "apiVersion": "v1",
-            "kind": "Status",
-            "metadata": {},
-            "status": "Failure",
-            "code": self.code,
-            "reason": self.reason,
-            "message": self.message,
-            "details": self.details,
-        }
-
-
-# ----------------------------------------------------------------------------- selectors
+from tests.cluster.emulator.errors import ApiError
 
 _SELECTOR_TERM = re.compile(
     r"^\s*(?P<neg>!)?\s*(?P<key>[A-Za-z0-9_./-]+)\s*"
@@ -117,70 +92,3 @@ def field_matcher(selector: str | None) -> Callable[[dict], bool]:
         else:
             checks.append(lambda o, p=path, v=value: str(_dotted(o, p) or "") == v)
     return lambda obj: all(check(obj) for check in checks)
-
-
-# ----------------------------------------------------------------------------- field ownership
-
-_IDENTITY = {("apiVersion",), ("kind",), ("metadata", "name"), ("metadata", "namespace")}
-
-
-def leaf_paths(obj: Any, prefix: tuple = ()) -> set[tuple]:
-    """Paths of the leaves a manager owns; lists are atomic, most of metadata is server-owned."""
-    if prefix == ("metadata",):
-        return {
-            ("metadata", part, key)
-            for part in ("labels", "annotations")
-            for key in (obj.get(part) or {})
-        }
-    if isinstance(obj, dict) and obj:
-        paths: set[tuple] = set()
-        for key, value in obj.items():
-            paths |= leaf_paths(value, (*prefix, key))
-        return paths - _IDENTITY
-    return {prefix} if prefix else set()
-
-
-def _get(obj: Any, path: tuple) -> Any:
-    for part in path:
-        if not isinstance(obj, dict) or part not in obj:
-            return _MISSING
-        obj = obj[part]
-    return obj
-
-
-_MISSING = object()
-
-
-def _delete(obj: dict, path: tuple) -> None:
-    parents = []
-    for part in path[:-1]:
-        if not isinstance(obj.get(part), dict):
-            return
-        parents.append((obj, part))
-        obj = obj[part]
-    obj.pop(path[-1], None)
-    for parent, part in reversed(parents):  # drop containers left empty
-        if parent[part] == {}:
-            del parent[part]
-
-
-def deep_merge(base: dict, patch: dict) -> dict:
-    """JSON merge patch (RFC 7386): dicts merge, None deletes, everything else replaces."""
-    result = dict(base)
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        elif isinstance(value, dict) and isinstance(result.get(key), dict):
-            result[key] = deep_merge(result[key], value)
-        else:
-            result[key] = copy.deepcopy(value)
-    return result
-
-
-def _fields_v1(paths: Iterable[tuple]) -> dict:
-    tree: dict = {}
-    for path in sorted(paths):
-        node = tree
-        for part in path:
-            node = node.setdefault(f"f:{part}", {})
-    return tree

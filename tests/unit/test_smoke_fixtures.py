@@ -1,0 +1,76 @@
+"""Every directory under tests/fixtures/real-gpu/ is parsed (README.md there: the layout).
+
+`<date>-<gpu>/` directories are captures of ours (`gpustack smoke --capture`): each file must be
+listed in COMMANDS.md, nothing may carry an unmasked serial, and the parser must still read from
+the raw files what the smoke report recorded on the host. `public/<source>-<gpu>/` samples were
+published by others or hand-written (SOURCE.md says which) and carry hand-checked expected.json.
+A capture written by today's code is validated the same way, so the rules stay exercised while no
+real capture exists (none does yet: no GPU host has been lent)."""
+
+import json
+import re
+from datetime import date
+
+import pytest
+
+from gpustack.smoke import capture, checks, parse
+from tests.conftest import ROOT
+from tests.unit.test_smoke_checks import gpu_host
+
+FIXTURES = ROOT / "tests/fixtures/real-gpu"
+CAPTURE_DIR = re.compile(r"^\d{4}-\d{2}-\d{2}-[a-z0-9-]+$")
+DIRS = sorted(p for p in FIXTURES.iterdir() if p.is_dir() and p.name != "public") + sorted(
+    (FIXTURES / "public").iterdir()
+)
+
+
+def validate_capture(path):
+    """The rules of README.md for one `<date>-<gpu>/` capture directory."""
+    assert CAPTURE_DIR.match(path.name), f"{path.name}: not <date>-<gpu>"
+    commands = (path / "COMMANDS.md").read_text()
+    assert "Masking:" in commands
+    files = {str(p.relative_to(path)) for p in path.rglob("*") if p.is_file()} - {"COMMANDS.md"}
+    listed = set(re.findall(r"^\| `([^`]+)` \|", commands, re.MULTILINE))
+    assert files == listed, f"files and COMMANDS.md differ: {sorted(files ^ listed)}"
+    report = json.loads((path / "smoke-report.json").read_text())
+    assert report["smoke"]["verdict"] in ("pass", "fail", "no NVIDIA device")
+    for name in files:
+        for serial in capture.serials_in((path / name).read_text(errors="replace")):
+            assert re.fullmatch(r"SERIAL-MASKED-\d+", serial), f"{name}: unmasked serial"
+    xml = path / "nvidia-smi-q-x.xml"
+    if xml.exists():
+        log = parse.parse_xml(xml.read_text())
+        recorded = report["smoke"]["gpus"]
+        assert [g.uuid for g in log.gpus] == [g["uuid"] for g in recorded]
+        assert [g.to_dict() | {"index": i} for i, g in enumerate(log.gpus)] == recorded
+    return report
+
+
+@pytest.mark.parametrize("path", DIRS, ids=[p.name for p in DIRS])
+def test_every_fixture_directory_parses(path):
+    if (path / "SOURCE.md").exists():
+        expected = json.loads((path / "expected.json").read_text())
+        log = parse.parse_xml((path / "nvidia-smi-q-x.xml").read_text())
+        assert log.driver_version == expected["driver_version"]
+        assert [g.uuid for g in log.gpus] == [g["uuid"] for g in expected["gpus"]]
+    else:
+        validate_capture(path)
+
+
+def test_no_other_layout_creeps_in():
+    for path in FIXTURES.iterdir():
+        if path.is_dir() and path.name != "public":
+            assert CAPTURE_DIR.match(path.name), path.name
+    for path in (FIXTURES / "public").iterdir():
+        assert {"SOURCE.md", "expected.json", "nvidia-smi-q-x.xml"} <= {
+            p.name for p in path.iterdir()
+        }
+
+
+def test_a_capture_written_today_meets_the_rules(tmp_path):
+    facts = gpu_host()
+    facts["gpustack_smoke"]["hostname"] = "dgx07"
+    report = checks.host_smoke("dgx07", facts)
+    target = capture.write_capture(tmp_path, "dgx07", facts, report, "0.1.0", date(2026, 6, 1))
+    saved = validate_capture(target)
+    assert saved["smoke"]["verdict"] == "pass"
