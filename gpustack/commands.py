@@ -8,7 +8,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpustack import doctor, output
+from gpustack import credentials, doctor, output
 from gpustack.config import check_extra_vars
 from gpustack.errors import BadInput, ExitCode
 from gpustack.extravars import parse_extra_vars
@@ -43,7 +43,8 @@ def _validate(opts: HostOptions, outputs: tuple[str, ...] = OUTPUTS):
         )
     if opts.report:
         _check_writable(opts.report)
-    extravars = parse_extra_vars(opts.extra_vars)
+    # credentials from GPUSTACK_* environment variables (gpustack/credentials.py); -e wins
+    extravars = {**credentials.environment_inputs(), **parse_extra_vars(opts.extra_vars)}
     check_inputs(extravars)
     check_extra_vars(extravars)
     inventory = load_inventory(opts.inventory, opts.limit)

@@ -13,13 +13,14 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
 import yaml
 
-from gpustack import __version__, paths
+from gpustack import __version__, credentials, paths
 
 # The host roles of playbooks/site.yml that record a stamp, in lifecycle order.
 HOST_ROLES = ("nvidia_driver", "nvidia_container_toolkit", "container_runtime")
@@ -30,6 +31,8 @@ UNSET = "__unset__"
 LISTS_VALID_SECONDS = 3600
 # Extra variables the CLI passes: recording on (content hash) and the input names per role.
 CONTENT_VAR = "gpustack_converged_content"
+# How stamps record a secret (roles/gpu_converged/filter_plugins/gpu_converged.py).
+_SECRET_DIGEST = re.compile(r"<secret [^>]*>")
 INPUTS_VAR = "gpustack_converged_inputs"
 
 
@@ -153,6 +156,18 @@ class Decision:
         return {"converged": self.converged, "reasons": self.reasons}
 
 
+def _input_reason(role: str, name: str, now: Any, then: Any) -> str:
+    """Why an input differs; never a secret (stamps hold digests of secrets, never values)."""
+    if credentials.is_secret_name(name) or name.endswith("_password_file"):
+        return f"{role}: input {name} changed"
+    shown_now, shown_then = (
+        _SECRET_DIGEST.sub("<secret>", json.dumps(credentials.scrub_data(v))) for v in (now, then)
+    )
+    if shown_now == shown_then:  # the difference is in the credentials of a URL
+        return f"{role}: input {name} changed (credentials)"
+    return f"{role}: input {name} is {json.loads(shown_now)!r}, was {json.loads(shown_then)!r}"
+
+
 def _role_reasons(role, entry, preflight, resolved, content, lists_age) -> list[str]:
     stamp = entry.get("stamp") or {}
     reasons = [f"{role}: {p}" for p in entry.get("problems") or []]
@@ -164,9 +179,7 @@ def _role_reasons(role, entry, preflight, resolved, content, lists_age) -> list[
     have = stamp.get("inputs") or {}
     for name in sorted(set(want) | set(have)):
         if want.get(name, UNSET) != have.get(name, UNSET):
-            reasons.append(
-                f"{role}: input {name} is {want.get(name, UNSET)!r}, was {have.get(name, UNSET)!r}"
-            )
+            reasons.append(_input_reason(role, name, want.get(name, UNSET), have.get(name, UNSET)))
     facts_now, facts_then = fact_subset(preflight), fact_subset(stamp.get("facts") or {})
     for key in sorted(set(facts_now) | set(facts_then)):
         if facts_now.get(key) != facts_then.get(key):

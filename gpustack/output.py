@@ -12,7 +12,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from gpustack import doctor
+from gpustack import credentials, doctor
 from gpustack.errors import BadInput, GpustackError
 from gpustack.results import RunResult, RunTracker, host_to_dict
 
@@ -29,9 +29,10 @@ stderr = _console(stderr=True)
 
 def print_error(error: GpustackError) -> None:
     # soft_wrap: one line each, however long (scripts and tests read them line by line)
-    stderr.print(f"[bold red]Error:[/] {escape(error.message)}", soft_wrap=True)
-    if error.hint:
-        stderr.print(f"[bold]Hint:[/] {escape(error.hint)}", soft_wrap=True)
+    message, hint = credentials.scrub(error.message), credentials.scrub(error.hint)
+    stderr.print(f"[bold red]Error:[/] {escape(message)}", soft_wrap=True)
+    if hint:
+        stderr.print(f"[bold]Hint:[/] {escape(hint)}", soft_wrap=True)
 
 
 class LiveProgress:
@@ -92,9 +93,8 @@ class LiveProgress:
             state = kind.removeprefix("runner_on_")
             if state == "ok" and (data.get("res") or {}).get("changed"):
                 state = "changed"
-            stderr.print(
-                f"{escape(data.get('host', ''))} | {escape(data.get('task', ''))} | {state}"
-            )
+            line = f"{data.get('host', '')} | {data.get('task', '')} | {state}"
+            stderr.print(escape(credentials.scrub(line)))
 
 
 def run_document(
@@ -118,9 +118,7 @@ def write_report(path: str | None, doc: dict[str, Any]) -> None:
     target = Path(path).expanduser()
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(
-            json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8"
-        )
+        target.write_text(_json(doc), encoding="utf-8")
     except OSError as exc:
         raise BadInput(
             f"cannot write report {path}: {exc.strerror}", "choose a writable path for --report"
@@ -128,7 +126,12 @@ def write_report(path: str | None, doc: dict[str, Any]) -> None:
 
 
 def print_json(doc: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(doc, indent=2, sort_keys=True, default=str) + "\n")
+    sys.stdout.write(_json(doc))
+
+
+def _json(doc: dict[str, Any]) -> str:
+    """Reports and --output json never carry a secret (gpustack/credentials.py)."""
+    return json.dumps(credentials.scrub_data(doc), indent=2, sort_keys=True, default=str) + "\n"
 
 
 def print_run(result: RunResult, verbose: int = 0) -> None:
@@ -153,7 +156,7 @@ def print_run(result: RunResult, verbose: int = 0) -> None:
             str(host.changed),
             str(host.failed),
             str(host.skipped),
-            escape(_one_line(note, 160 if not verbose else 2000)),
+            escape(_one_line(credentials.scrub(note), 160 if not verbose else 2000)),
         )
     stdout.print(table)
     for host in result.hosts.values():  # said plainly: gpustack repaired the host's dpkg
@@ -164,10 +167,8 @@ def print_run(result: RunResult, verbose: int = 0) -> None:
     if verbose:
         for host in result.hosts.values():
             for failure in host.failures:
-                stdout.print(
-                    f"[red]{escape(host.name)}[/] {escape(failure.role)} : "
-                    f"{escape(failure.task)}\n  {escape(failure.message)}"
-                )
+                text = f"{failure.role} : {failure.task}\n  {failure.message}"
+                stdout.print(f"[red]{escape(host.name)}[/] {escape(credentials.scrub(text))}")
     summary = result.summary()
     stdout.print(
         f"{summary['hosts']} hosts: {summary['ok']} ok, {summary['failed']} failed, "
@@ -183,12 +184,12 @@ def print_changes(result: RunResult, verbose: int = 0) -> None:
             continue
         stdout.print(f"{escape(host.name)}: {len(host.changes)} change(s)")
         for change in host.changes:
-            stdout.print(f"  ~ {escape(change.role)} : {escape(change.task)}")
+            stdout.print(f"  ~ {escape(credentials.scrub(f'{change.role} : {change.task}'))}")
             if verbose:
                 for diff in change.diff:
                     text = diff.get("prepared") or _before_after(diff)
                     if text:
-                        stdout.print(escape(text))
+                        stdout.print(escape(credentials.scrub(text)))
 
 
 def _before_after(diff: dict[str, Any]) -> str:

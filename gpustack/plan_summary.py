@@ -15,7 +15,8 @@ from gpustack.results import TaskChange
 
 _INST = re.compile(r"^Inst (\S+)(?: \[([^\]]+)\])? \((\S+)")
 _REMV = re.compile(r"^(?:Remv|Purg) (\S+)(?: \[([^\]]+)\])?")
-_FILE_ACTIONS = ("copy", "template", "file", "lineinfile", "blockinfile", "replace", "get_url")
+_FILE_ACTIONS = ("copy", "template", "file", "lineinfile", "blockinfile", "replace", "get_url",
+                 "gpustack_apt_source")  # fmt: skip
 _SERVICE_ACTIONS = ("systemd", "systemd_service", "service")
 
 

@@ -6,6 +6,7 @@ the RunTracker and the live display; nothing here parses ansible's stdout.
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import shlex
@@ -20,7 +21,7 @@ from typing import Any
 
 import ansible_runner
 
-from gpustack import paths
+from gpustack import credentials, paths
 from gpustack.results import RunResult, RunTracker
 
 KEEP_RUNS = 20
@@ -115,6 +116,21 @@ def _private_data_dir(playbook: Path) -> Path:
     return run_dir
 
 
+def _secret_vars(data_dir: Path, variables: dict) -> tuple[dict, Path | None]:
+    """(plain extra vars, path of a 0600 file holding the secret ones, or None)."""
+    plain, secret = credentials.split_extravars(variables)
+    for stale in runs_dir().glob("*/secret-vars.json"):  # left by a killed run
+        if time.time() - stale.stat().st_mtime > 600:  # read within seconds by its own run
+            stale.unlink(missing_ok=True)
+    if not secret:
+        return plain, None
+    path = data_dir / "secret-vars.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(secret, fh)
+    return plain, path
+
+
 def _guard(data_dir: Path, playbook: Path) -> Path:
     """ansible-playbook under gpustack.childguard, so it dies with this process (SIGKILL too).
     ansible-runner passes every option to a custom binary but not the playbook: the shim adds it."""
@@ -140,8 +156,19 @@ def run_playbook(
     limit_file.write_text("\n".join(spec.hosts) + "\n", encoding="utf-8")
     events: queue.Queue[dict] = queue.Queue()
     canceled = {"requested": False}
+    # Secrets never reach ansible-runner's env/extravars: a 0600 file, gone once read.
+    extravars, secret_file = _secret_vars(data_dir, spec.extravars)
+    cmdline = " ".join(
+        filter(None, [spec.cmdline(), secret_file and f"-e @{shlex.quote(str(secret_file))}"])
+    )
+
+    masked: list[str] = []
 
     def handler(event: dict) -> bool:
+        if secret_file and event.get("event") == "playbook_on_start":
+            secret_file.unlink(missing_ok=True)  # read (and cached) by now: inventory, vars
+        if credentials.scrub_event(event):  # runner writes this very dict to job_events
+            masked.append(str(event.get("event_data", {}).get("task") or event.get("event")))
         events.put(event)
         return True
 
@@ -151,10 +178,10 @@ def run_playbook(
         playbook=str(spec.playbook),
         inventory=str(spec.inventory),
         limit=f"@{limit_file}",
-        extravars=spec.extravars,
+        extravars=extravars,
         tags=spec.tags or None,
         skip_tags=spec.skip_tags or None,
-        cmdline=spec.cmdline() or None,
+        cmdline=cmdline or None,
         verbosity=spec.verbosity or None,
         forks=spec.forks,
         envvars=spec.envvars(),
@@ -179,6 +206,13 @@ def run_playbook(
                 raise
             canceled["requested"] = True  # runner stops ansible-playbook at its next check
     thread.join()
+    if secret_file:
+        secret_file.unlink(missing_ok=True)
+    if credentials.scrub_file(Path(runner.config.artifact_dir) / "stdout") or masked:
+        # A task let a secret through (masked here): say which, without the secret.
+        (Path(runner.config.artifact_dir) / "gpustack-masked.json").write_text(
+            json.dumps({"events": masked}), encoding="utf-8"
+        )
     return RunResult(
         playbook=spec.playbook.name,
         status=runner.status,

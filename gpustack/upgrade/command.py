@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gpustack import output
+from gpustack import credentials, output
 from gpustack.config import DriverInputs, check_extra_vars
 from gpustack.errors import BadInput, ExitCode
 from gpustack.extravars import parse_extra_vars
@@ -98,7 +98,7 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None) -> int:
         _check_writable(opts.report)
     if opts.retry_failed and not opts.resume:
         raise BadInput("--retry-failed only applies with --resume", "add --resume")
-    extravars = parse_extra_vars(opts.extra_vars)
+    extravars = {**credentials.environment_inputs(), **parse_extra_vars(opts.extra_vars)}
     target = _target(opts, extravars)
     if opts.driver_version:
         extravars["nvidia_driver_version"] = target.version

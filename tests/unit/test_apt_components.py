@@ -66,3 +66,45 @@ def test_one_line_format():
     )
     assert lines[3:] == ONE_LINE.splitlines()[3:]  # other suites untouched
     assert len(touched) == 2
+
+
+def run_module(tmp_path, **args) -> dict:
+    """The module as Ansible runs it, against a private /etc/apt and state directory."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    params = {"components": NONFREE, "suites": SUITES, "sources_dir": str(tmp_path / "apt"),
+              "state_file": str(tmp_path / "state/apt-components.json"), **args}  # fmt: skip
+    path = tmp_path / "args.json"
+    path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": params}))
+    module = ROOT / "roles/nvidia_driver/library/gpustack_apt_components.py"
+    proc = subprocess.run([sys.executable, str(module), str(path)], capture_output=True, text=True)
+    return json.loads(proc.stdout)
+
+
+def test_a_change_stays_pending_until_committed(tmp_path):
+    """Issue 16 item 1: the record and the pending mark exist once the sources change, and
+    survive until the caller refreshed the lists and committed; a run killed in between
+    leaves them for the next run, which then knows it must refresh."""
+    (tmp_path / "apt/sources.list.d").mkdir(parents=True)
+    (tmp_path / "apt/sources.list.d/debian.sources").write_text(DEB822)
+    marker = tmp_path / "state/apt-txn/archive-components.pending"
+    first = run_module(tmp_path)
+    assert first["changed"] is True and first["pending"] is True and marker.exists()
+    record = (tmp_path / "state/apt-components.json").read_text()
+    assert '"non-free"' in record
+    # the next run (the first one was killed before refreshing): nothing to change, still pending
+    again = run_module(tmp_path)
+    assert again["changed"] is False and again["pending"] is True
+    assert run_module(tmp_path, state="commit")["pending"] is False and not marker.exists()
+    assert run_module(tmp_path)["pending"] is False
+    # a later rollback (state=absent) takes back exactly what was recorded
+    undo = run_module(tmp_path, state="absent")
+    assert undo["changed"] is True
+    # byte for byte, including the user's own contrib on bookworm-security (gpustack added
+    # contrib to the other stanza only)
+    assert (tmp_path / "apt/sources.list.d/debian.sources").read_text() == DEB822
+    assert not (tmp_path / "state/apt-components.json").exists()

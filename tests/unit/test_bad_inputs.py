@@ -22,6 +22,7 @@ FILES = {
     "badsource.yml": "all:\n  children:\n    gpu_nodes:\n      hosts:\n        n1:\n"
     "          nvidia_driver_source: runfile\n",
     "badbool.ini": "[gpu_nodes]\nn1\n[gpu_nodes:vars]\ngpustack_require_gpu=maybe\n",
+    "badmirror.ini": "[gpu_nodes]\nn1 nvidia_container_toolkit_mirror_url=ftp://u:Inv3ntoryPW@m/x\n",
     "vars_list.yml": "- a\n- b\n",
     "vars_broken.yml": "nvidia_driver_version: [\n",
     "vars_type.yml": "nvidia_driver_version:\n  - 535\n  - 261\n",
@@ -71,6 +72,24 @@ CASES = [
     ("ev-reboot", ["install", "{tmp}/inv.ini", "-e", "nvidia_driver_reboot=sometimes"], "nvidia_driver_reboot", 2),
     ("ev-mirror-no-url", ["install", "{tmp}/inv.ini", "-e", "nvidia_driver_source=mirror"], "needs nvidia_driver_mirror_url", 2),
     ("ev-mirror-bad-url", ["install", "{tmp}/inv.ini", "-e", "nvidia_driver_source=mirror", "-e", "nvidia_driver_mirror_url=ftp://m/x"], "is not an http(s):// or file:// URL", 2),
+    ("ev-mirror-no-host", ["install", "{tmp}/inv.ini", "-e", "nvidia_driver_mirror_url=http:///cuda"], "has no host name", 2),
+    ("ev-mirror-bad-host", ["install", "{tmp}/inv.ini", "-e", "nvidia_container_toolkit_mirror_url=https://mir ror/x"], "contains white space", 2),
+    ("ev-mirror-bad-host-chars", ["install", "{tmp}/inv.ini", "-e", "nvidia_container_toolkit_mirror_url=https://mir_ror!/x"], "invalid host name", 2),
+    ("ev-mirror-bad-port", ["plan", "{tmp}/inv.ini", "-e", "nvidia_driver_mirror_url=http://m:port/cuda"], "has an invalid port", 2),
+    ("ev-mirror-query", ["install", "{tmp}/inv.ini", "-e", "nvidia_container_toolkit_mirror_url=https://m/deb?x=1"], "must not have a query", 2),
+    ("ev-mirror-file-host", ["install", "{tmp}/inv.ini", "-e", "nvidia_container_toolkit_mirror_url=file://srv/mirror"], "file:// URL with a host", 2),
+    ("ev-mirror-file-relative", ["install", "{tmp}/inv.ini", "-e", "nvidia_driver_mirror_url=file:///"], "without an absolute path", 2),
+    ("ev-key-url-scheme", ["install", "{tmp}/inv.ini", "-e", "nvidia_container_toolkit_mirror_key_url=ftp://m/key"], "is not an http(s):// or file:// URL", 2),
+    ("ev-repo-url-scheme", ["install", "{tmp}/inv.ini", "-e", "nvidia_driver_cuda_repo_url=developer.download.nvidia.com/cuda"], "is not an http(s):// or file:// URL", 2),
+    ("ev-toolkit-mirror-no-url", ["install", "{tmp}/inv.ini", "-e", "nvidia_container_toolkit_source=mirror"], "needs nvidia_container_toolkit_mirror_url", 2),
+    ("ev-creds-no-password", ["install", "{tmp}/inv.ini", "-e", "nvidia_driver_mirror_username=bob"], "need a user name and a password", 2),
+    ("ev-creds-twice", ["install", "{tmp}/inv.ini", "-e", "nvidia_container_toolkit_mirror_url=https://u:p@m/deb", "-e", "nvidia_container_toolkit_mirror_username=bob"], "carries credentials and", 2),
+    ("ev-creds-file-url", ["install", "{tmp}/inv.ini", "-e", "nvidia_driver_mirror_url=file:///srv/cuda", "-e", "nvidia_driver_mirror_username=u", "-e", "nvidia_driver_mirror_password=p"], "credentials cannot be used there", 2),
+    ("ev-creds-space", ["install", "{tmp}/inv.ini", "-e", "nvidia_driver_mirror_username=u", "-e", "nvidia_driver_mirror_password=two words"], "contains white space", 2),
+    ("ev-password-file-missing", ["install", "{tmp}/inv.ini", "-e", "nvidia_driver_mirror_username=u", "-e", "nvidia_driver_mirror_password_file={tmp}/nosuch"], "No such file or directory", 2),
+    ("ev-password-file-empty", ["install", "{tmp}/inv.ini", "-e", "nvidia_container_toolkit_mirror_username=u", "-e", "nvidia_container_toolkit_mirror_password_file={tmp}/empty.ini"], "the first line is empty", 2),
+    ("ev-password-twice", ["install", "{tmp}/inv.ini", "-e", "nvidia_driver_mirror_password=p", "-e", "nvidia_driver_mirror_password_file={tmp}/inv.ini"], "are both set", 2),
+    ("host-bad-mirror-url", ["install", "{tmp}/badmirror.ini"], "inventory host n1: nvidia_container_toolkit_mirror_url", 2),
     ("ev-branch-version", ["install", "{tmp}/inv.ini", "-e", "nvidia_driver_branch=550", "-e", "nvidia_driver_version=535.261.03-1"], "is not on branch 550", 2),
     ("ev-bool", ["doctor", "{tmp}/inv.ini", "-e", "gpustack_require_gpu=maybe"], "not a boolean", 2),
     ("ev-bool-role", ["install", "{tmp}/inv.ini", "-e", "nvidia_driver_open_kernel_modules=perhaps"], "not a boolean", 2),
@@ -119,3 +138,21 @@ def test_bad_input(corpus, state_dir, args, message, code):
 
 def test_the_corpus_is_large_enough():
     assert len(CASES) >= 30
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["install", "{tmp}/inv.ini", "-e", "nvidia_driver_mirror_url=ftp://bob:Cli5ecretPW@m/cuda"],
+        ["install", "{tmp}/badmirror.ini"],
+        ["install", "{tmp}/inv.ini", "-e", "nvidia_driver_mirror_password=Cli5ecretPW"],
+    ],
+    ids=["url-on-command-line", "url-in-inventory", "password-without-user"],
+)
+def test_errors_never_print_the_password(corpus, state_dir, argv):
+    proc = run_cli(*[a.replace("{tmp}", str(corpus)) for a in argv])
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.startswith("Error: ")
+    for secret in ("Cli5ecretPW", "Inv3ntoryPW"):
+        assert secret not in proc.stdout + proc.stderr
+    assert runs_started(state_dir) == []

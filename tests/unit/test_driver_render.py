@@ -21,8 +21,11 @@ def render(tmp_path, os_id, version_id, arch, os_vars, **extra):
     }
     variables = {"gpustack_preflight": facts, "os_vars": os_vars, "out": str(tmp_path),
                  "__nvidia_driver_target": extra.pop("target", "580.95.05-1"), **extra}  # fmt: skip
-    proc = run_playbook(PLAYBOOK, variables,
-                        ANSIBLE_FILTER_PLUGINS=str(ROOT / "roles/nvidia_driver/filter_plugins"))  # fmt: skip
+    plugins = [
+        ROOT / "roles/nvidia_driver/filter_plugins",
+        ROOT / "roles/apt_signed_repo/filter_plugins",
+    ]
+    proc = run_playbook(PLAYBOOK, variables, ANSIBLE_FILTER_PLUGINS=":".join(map(str, plugins)))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     files = {p.name: p.read_text() for p in tmp_path.iterdir()}
     return files, json.loads(files["derived.json"])
@@ -85,3 +88,23 @@ def test_distro_packages(tmp_path, os_vars, os_id, version, packages):
     _, derived = render(tmp_path, os_id, version, "x86_64", os_vars, nvidia_driver_source="distro",
                         nvidia_driver_version="535.261.03-1")  # fmt: skip
     assert derived["packages"] == packages and derived["branch"] == "535"
+
+
+def test_mirror_credentials_stay_out_of_the_apt_source(tmp_path):
+    files, derived = render(tmp_path, "debian", "12", "x86_64", "Debian", nvidia_driver_source="mirror",
+                            nvidia_driver_mirror_url="https://robot:Render%2FPW@mirror.corp/cuda/")  # fmt: skip
+    assert "URIs: https://mirror.corp/cuda/debian12/x86_64/\n" in files["repo.sources"]
+    assert "Render" not in files["repo.sources"] and "robot" not in files["repo.sources"]
+    assert "/etc/apt/auth.conf.d/gpustack-nvidia-cuda.conf" in files["repo.sources"]
+    assert derived["repo_url"] == "https://mirror.corp/cuda/debian12/x86_64"
+    assert derived["key_url"] == "https://mirror.corp/cuda/debian12/x86_64/3bf863cc.pub"
+    assert derived["username"] == "robot" and derived["repo_mode"] == "0600"
+
+
+def test_el_mirror_credentials_go_to_a_0600_repo_file(tmp_path):
+    files, derived = render(tmp_path, "rocky", "9.4", "x86_64", "RedHat", nvidia_driver_source="mirror",
+                            nvidia_driver_mirror_url="https://mirror.corp/cuda",
+                            nvidia_driver_mirror_username="robot", nvidia_driver_mirror_password="ElPW")  # fmt: skip
+    assert "baseurl=https://mirror.corp/cuda/rhel9/x86_64\n" in files["repo.repo"]
+    assert "username=robot\npassword=ElPW\n" in files["repo.repo"]
+    assert derived["repo_mode"] == "0600"

@@ -14,7 +14,8 @@ description:
     C(<dir>/<role>.json) - the role's resolved inputs, the preflight facts, gpustack's content
     hash, the sha256 of every file the role manages, the versions of its packages, its holds,
     its services' states, the containerd effective configuration's sha256 and the facts the role
-    published. The file is rewritten only when that content differs (changed reports it).
+    published. The file is rewritten only when that content differs (changed reports it); it is
+    mode 0600, and secret inputs arrive as digests (filter_plugins/gpu_converged.py).
   - I(mode=probe) reads every stamp and re-reads all of it from the host - files, packages,
     holds, services, the runtime's effective configuration, the versions the package sources
     offer - in one module call; it returns observations and problems, the CLI decides. Changes
@@ -269,8 +270,9 @@ def record(module, params):
     text = json.dumps(stamp, indent=1, sort_keys=True) + "\n"
     try:
         with open(path) as fh:
-            if fh.read() == text:
-                module.exit_json(changed=False, path=path)
+            same = fh.read() == text
+        if same and os.stat(path).st_mode & 0o777 == 0o600:
+            module.exit_json(changed=False, path=path)
     except (IOError, OSError):
         pass
     if not module.check_mode:
@@ -279,8 +281,9 @@ def record(module, params):
         tmp = path + ".tmp"
         with open(tmp, "w") as fh:
             fh.write(text)
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, 0o600)  # root only: checksums of credential files are in it
         module.atomic_move(tmp, path)
+        os.chmod(path, 0o600)  # atomic_move gives a new file the umask's mode
     module.exit_json(changed=True, path=path)
 
 

@@ -179,6 +179,19 @@ def smi_gpus(text):
     return gpus
 
 
+def url_credentials(url):
+    """[username, password] from user:password@ in a URL (percent-decoded), else ['', '']."""
+    try:
+        from urllib.parse import unquote, urlsplit
+    except ImportError:  # pragma: no cover - Python 2 controllers are not supported
+        return ["", ""]
+    netloc = urlsplit(url or "").netloc
+    if "@" not in netloc:
+        return ["", ""]
+    username, _, password = netloc.rpartition("@")[0].partition(":")
+    return [unquote(username), unquote(password)]
+
+
 def companion_versions(madison, companions, target, source="distro"):
     """{package: version} for the driver's companion packages (persistenced, modprobe, ...).
 
@@ -229,6 +242,7 @@ class FilterModule(object):
             "nvidia_driver_unload_order": unload_order,
             "nvidia_driver_smi_gpus": smi_gpus,
             "nvidia_driver_nvrm_version": nvrm_version,
+            "nvidia_driver_url_credentials": url_credentials,
             "nvidia_driver_companion_versions": companion_versions,
             "nvidia_driver_package_specs": package_specs,
         }

@@ -13,12 +13,21 @@ description:
   - Finds the APT sources (one-line C(.list) and deb822 C(.sources)) that serve one of I(suites)
     with the C(main) component and adds the missing I(components) to them, keeping every other
     field, comment and entry as it was. Works on whatever mirror the host already uses.
-  - Records what it added in I(state_file), so I(state=absent) removes exactly that.
+  - Records what it adds in I(state_file) before it changes a file, so I(state=absent) removes
+    exactly that, even after a run that was killed half way.
+  - Marks the change pending (C(<state_file dir>/apt-txn/archive-components.pending)) before
+    it changes a file; the mark stays until I(state=commit) (the caller refreshed the package
+    lists and found what it needed) or I(state=absent). C(pending) in the result tells the
+    caller that an earlier run changed the sources and never refreshed the lists.
   - Supports check mode and diff mode; keeps a backup of each changed file when I(backup).
 options:
   components: {type: list, elements: str, required: true, description: Components to add.}
   suites: {type: list, elements: str, required: true, description: Suites whose sources change.}
-  state: {type: str, default: present, choices: [present, absent], description: Add or undo.}
+  state:
+    type: str
+    default: present
+    choices: [present, absent, commit]
+    description: Add, undo, or end the change (the lists were refreshed).
   state_file: {type: path, default: /var/lib/gpustack/apt-components.json, description: Record.}
   backup: {type: bool, default: true, description: Back up changed files.}
   sources_dir: {type: path, default: /etc/apt, description: APT configuration directory.}
@@ -64,10 +73,11 @@ def edit_one_line(text, suites, wanted, remove):
         if suite not in suites or "main" not in comps:
             out.append(line)
             continue
+        names = wanted(uri, suite) if callable(wanted) else wanted
         if remove:
-            new = [c for c in comps if c not in wanted]
+            new = [c for c in comps if c not in names]
         else:
-            new = comps + [c for c in wanted if c not in comps]
+            new = comps + [c for c in names if c not in comps]
         if new != comps:
             touched.append(
                 {"uris": uri, "suites": suite, "added": [c for c in new if c not in comps]}
@@ -98,10 +108,15 @@ def edit_deb822(text, suites, wanted, remove):
         comps = fields["components"][1].split()
         if not set(stanza_suites) & set(suites) or "main" not in comps:
             continue
+        names = (
+            wanted(fields.get("uris", (0, ""))[1], " ".join(stanza_suites))
+            if callable(wanted)
+            else wanted
+        )
         if remove:
-            new = [c for c in comps if c not in wanted]
+            new = [c for c in comps if c not in names]
         else:
-            new = comps + [c for c in wanted if c not in comps]
+            new = comps + [c for c in names if c not in comps]
         if new == comps:
             continue
         lines = stanza.split("\n")
@@ -145,12 +160,38 @@ def matching_sources(files, suites):
     return found
 
 
+def pending_path(state_file):
+    return os.path.join(os.path.dirname(state_file), "apt-txn", "archive-components.pending")
+
+
+def mark_pending(path):
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        os.makedirs(directory, 0o700)
+    with open(path, "w") as fh:
+        fh.write("archive components changed; package lists not refreshed yet\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def write_record(path, record):
+    state_dir = os.path.dirname(path)
+    if not os.path.isdir(state_dir):
+        os.makedirs(state_dir, 0o755)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(record, fh, indent=2)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.rename(tmp, path)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             components=dict(type="list", elements="str", required=True),
             suites=dict(type="list", elements="str", required=True),
-            state=dict(type="str", default="present", choices=["present", "absent"]),
+            state=dict(type="str", default="present", choices=["present", "absent", "commit"]),
             state_file=dict(type="path", default="/var/lib/gpustack/apt-components.json"),
             backup=dict(type="bool", default=True),
             sources_dir=dict(type="path", default="/etc/apt"),
@@ -158,6 +199,12 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
+    marker = pending_path(p["state_file"])
+    if p["state"] == "commit":
+        if os.path.exists(marker) and not module.check_mode:
+            os.remove(marker)
+        module.exit_json(changed=False, pending=False)
+    pending = os.path.exists(marker)
     remove = p["state"] == "absent"
     wanted = p["components"]
     record = {}
@@ -169,6 +216,15 @@ def main():
         # Only what gpustack added is taken away again, on the suites it added them to.
         wanted = [c for c in wanted if c in record.get("added", [])]
         suites = record.get("suites") or suites
+        if record.get("entries"):  # what was added where: take back only that
+            per_entry = dict(
+                ((e["uris"], e["suites"]), [c for c in e["added"] if c in wanted])
+                for e in record["entries"]
+            )
+
+            def wanted(uris, suite, per_entry=per_entry):
+                return per_entry.get((uris, suite), [])
+
     files = source_files(p["sources_dir"])
     if not remove and not matching_sources(files, suites):
         module.fail_json(
@@ -176,7 +232,7 @@ def main():
             % (", ".join(p["suites"]), p["sources_dir"]),
             hint="configure the distribution's archive, or use nvidia_driver_source=mirror",
         )
-    changed_files, diffs, touched_all, backups = [], [], [], {}
+    edits, diffs, touched_all, backups = [], [], [], {}
     for path in files:
         with open(path) as fh:
             before = fh.read()
@@ -184,12 +240,29 @@ def main():
         after, touched = edit(before, suites, wanted, remove)
         if after == before:
             continue
-        changed_files.append(path)
+        edits.append((path, after))
         touched_all += [dict(t, file=path) for t in touched]
         diffs.append(
             {"before": before, "after": after, "before_header": path, "after_header": path}
         )
-        if not module.check_mode:
+    changed_files = [path for path, _ in edits]
+    if not module.check_mode:
+        if not remove and edits:
+            # Intent first: the record and the pending mark exist before any source changes.
+            added = set(record.get("added", []))
+            for entry in touched_all:
+                added |= set(entry["added"])
+            now = [
+                {"uris": t["uris"], "suites": t["suites"], "added": t["added"]} for t in touched_all
+            ]
+            keys = set((e["uris"], e["suites"]) for e in now)
+            entries = [e for e in record.get("entries", []) if (e["uris"], e["suites"]) not in keys]
+            entries += now
+            write_record(
+                p["state_file"], {"added": sorted(added), "suites": suites, "entries": entries}
+            )
+            mark_pending(marker)
+        for path, after in edits:
             if p["backup"]:
                 backups[path] = backup(module, path, os.path.dirname(p["state_file"]))
             tmp = path + ".gpustack-tmp"
@@ -197,25 +270,17 @@ def main():
                 fh.write(after)
             os.chmod(tmp, os.stat(path).st_mode & 0o7777)
             module.atomic_move(tmp, path)
-    if not module.check_mode:
-        if remove and os.path.exists(p["state_file"]):
-            os.remove(p["state_file"])
-        elif not remove and changed_files:
-            state_dir = os.path.dirname(p["state_file"])
-            if not os.path.isdir(state_dir):
-                os.makedirs(state_dir, 0o755)
-            added = set(record.get("added", []))
-            for entry in touched_all:
-                added |= set(entry["added"])
-            added = sorted(added)
-            with open(p["state_file"], "w") as fh:
-                json.dump({"added": added, "suites": suites}, fh, indent=2)
+        if remove:
+            for path in (p["state_file"], marker):
+                if os.path.exists(path):
+                    os.remove(path)
     module.exit_json(
         changed=bool(changed_files),
         files=changed_files,
         entries=touched_all,
         backups=backups,
         diff=diffs,
+        pending=(pending or bool(edits)) and not remove,
     )
 
 

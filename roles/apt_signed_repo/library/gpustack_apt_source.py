@@ -1,0 +1,408 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""One APT repository as a transaction: source, keyring and credentials written together,
+proved usable by apt itself, rolled back byte for byte when they are not."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: gpustack_apt_source
+short_description: Write an APT source with its keyring and credentials, prove it, or roll it back
+description:
+  - I(state=present) writes C(/etc/apt/sources.list.d/gpustack-<name>.sources) (0644), the keyring
+    C(/usr/share/keyrings/gpustack-<name>.gpg) (0644) and, when I(auth_machine) is set, the
+    credentials C(/etc/apt/auth.conf.d/gpustack-<name>.conf) (0600, apt_auth.conf(5)); the
+    source never carries credentials. Before the first change it records what was there in
+    C(/var/lib/gpustack/apt-txn/<name>.json) (0600). Then it runs C(apt-get update) for this
+    source alone; when apt cannot use it (HTTP status, DNS, connection, TLS, signature), every
+    file is restored from the record and the module fails with apt's own reason and a hint.
+  - The record stays until I(state=commit) (the caller found what it needed in the source) or
+    I(state=rollback) (the caller failed later; restores it). A record left by an interrupted
+    run means "changed, not proved": the next I(state=present) refreshes and proves the source
+    again even when the files are already as wanted, and keeps the older record as "before".
+  - Old C(gpustack-<name>.sources.*~) backups (earlier gpustack versions kept them, with any
+    credentials of the URL in them) are removed with the change.
+  - Supports check mode and diff mode (the credentials file's diff never shows its content).
+options:
+  name: {type: str, required: true, description: Short name used in file names.}
+  state:
+    type: str
+    default: present
+    choices: [present, commit, rollback]
+    description: Write and prove; end the transaction; undo it.
+  content: {type: str, default: "", description: The deb822 source (state=present).}
+  keyring_src:
+    type: path
+    default: ""
+    description: Keyring file to install; empty keeps the keyring as it is.
+  auth_machine:
+    type: str
+    default: ""
+    description: "apt_auth.conf machine token; empty: no credentials file."
+  username: {type: str, default: "", description: Login for auth_machine.}
+  password: {type: str, default: "", no_log: true, description: Password for auth_machine.}
+  refresh:
+    type: bool
+    default: true
+    description: Prove the source with apt-get update when changed or pending.
+  hint_inputs:
+    type: str
+    default: ""
+    description: The caller's credential inputs, named in the 401/403 hint.
+  root: {type: path, default: /, description: Prefix of every path (tests).}
+  apt_options: {type: list, elements: str, default: [], description: Extra -o options (tests).}
+author: gpustack
+"""
+
+RETURN = r"""
+files:
+  description: Paths written or removed (state=present) or restored (state=rollback).
+  type: list
+pending: {description: A change is recorded and not yet committed, type: bool}
+refreshed: {description: apt-get update ran for this source, type: bool}
+rolled_back: {description: Files were restored from the record, type: bool}
+cause:
+  description: "On failure: auth, not_found, dns, connect, tls, signature, server or other."
+  type: str
+"""
+
+import base64
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+
+HINTS = {
+    "auth": "the mirror refused the credentials: check the user name and password{inputs}",
+    "not_found": "no repository at that URL: check the mirror URL and its layout (a Release or "
+    "InRelease file must exist where the source points)",
+    "dns": "the node cannot resolve the mirror's host name: check the name, or the node's DNS "
+    "(/etc/resolv.conf), or use an IP address",
+    "connect": "the node cannot reach the mirror: is it running, is the port right, is a firewall "
+    "or a proxy (Acquire::http::Proxy) in the way?",
+    "tls": "the TLS handshake did not succeed: install the mirror's CA certificate on the node "
+    "(update-ca-certificates) or fix the mirror's certificate",
+    "signature": "the repository is not signed by the pinned key: check the key URL and the "
+    "fingerprint",
+    "server": "the mirror answered with a server error: check the mirror's logs",
+    "other": "check that the mirror is reachable from the node and serves an apt repository",
+}
+CAUSES = (  # first match wins; matched against apt's reason text
+    ("auth", re.compile(r"\b(401|403)\b|Unauthori[sz]ed|Forbidden", re.I)),
+    ("not_found", re.compile(r"\b404\b|Not Found|does not have a Release file", re.I)),
+    ("dns", re.compile(r"resolv|Name or service not known|No address associated", re.I)),
+    ("tls", re.compile(r"handshake|certificate|TLS|SSL|GnuTLS", re.I)),
+    ("connect", re.compile(r"connect|timed out|unreachable|No route|refused|Connection", re.I)),
+    ("signature", re.compile(r"NO_PUBKEY|not signed|signature|BADSIG|GPG error|Signed-By", re.I)),
+    ("server", re.compile(r"\b5[0-9][0-9]\b")),
+)
+
+
+def paths(root, name):
+    def at(path):
+        return os.path.join(root, path.lstrip("/"))
+
+    return {
+        "source": at("/etc/apt/sources.list.d/gpustack-%s.sources" % name),
+        "auth": at("/etc/apt/auth.conf.d/gpustack-%s.conf" % name),
+        "keyring": at("/usr/share/keyrings/gpustack-%s.gpg" % name),
+        "txn": at("/var/lib/gpustack/apt-txn/%s.json" % name),
+    }
+
+
+def read(path):
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except (IOError, OSError):
+        return None
+
+
+def write(path, data, mode):
+    """Atomic write; the temporary file has the final mode from its creation on."""
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        os.makedirs(directory, 0o755)
+    fd, tmp = tempfile.mkstemp(prefix=".gpustack-", dir=directory)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.rename(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def put(path, data, mode):
+    """Make `path` hold `data` (None: absent)."""
+    if data is None:
+        if os.path.lexists(path):
+            os.remove(path)
+    else:
+        write(path, data, mode)
+
+
+def auth_text(machine, username, password):
+    if not machine:
+        return None
+    return ("machine %s login %s password %s\n" % (machine, username, password)).encode("utf-8")
+
+
+def load_txn(path):
+    data = read(path)
+    if data is None:
+        return None
+    try:
+        record = json.loads(data.decode("utf-8"))
+        return dict(
+            (p, None if v is None else (base64.b64decode(v["data"]), v["mode"]))
+            for p, v in record["files"].items()
+        )
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def save_txn(path, before):
+    files = {}
+    for p, entry in before.items():
+        files[p] = None
+        if entry is not None:
+            files[p] = {"data": base64.b64encode(entry[0]).decode("ascii"), "mode": entry[1]}
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        os.makedirs(directory, 0o700)
+    os.chmod(directory, 0o700)
+    write(path, json.dumps({"files": files}, sort_keys=True).encode("utf-8"), 0o600)
+
+
+def snapshot(path):
+    data = read(path)
+    if data is None:
+        return None
+    return (data, os.stat(path).st_mode & 0o7777)
+
+
+def restore(before):
+    restored = []
+    for p, entry in sorted(before.items()):
+        current = snapshot(p)
+        if entry is None:
+            if current is not None:
+                os.remove(p)
+                restored.append(p)
+            continue
+        if current != entry:
+            write(p, entry[0], entry[1])
+            restored.append(p)
+    return restored
+
+
+def parse_apt_errors(output):
+    """apt-get update's complaints about the source: [(uri or '', reason)], warnings."""
+    errors, warnings = [], []
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
+        match = re.match(r"^Err:\d+\s+(\S+)", line)
+        if match:
+            reason = []
+            for follow in lines[i + 1 :]:
+                if not follow.startswith(" "):
+                    break
+                reason.append(follow.strip())
+            errors.append((match.group(1), " ".join(reason)))
+            continue
+        match = re.match(r"^([WE]):\s*(.*)$", line)
+        if not match:
+            continue
+        text = match.group(2)
+        if text.startswith("Some index files failed to download"):
+            continue
+        fetch = re.match(r"^Failed to fetch (\S+)\s+(.*)$", text)
+        if fetch:
+            if not any(fetch.group(2) == reason for _, reason in errors):
+                errors.append((fetch.group(1), fetch.group(2)))
+        elif match.group(1) == "E" or re.search(r"GPG error|NO_PUBKEY|signature", text):
+            errors.append(("", text))
+        else:
+            warnings.append(text)
+    return errors, warnings
+
+
+def classify(reasons):
+    text = " ".join(reasons)
+    for cause, pattern in CAUSES:
+        if pattern.search(text):
+            return cause
+    return "other"
+
+
+def refresh(source_text, name, apt_options):
+    """apt-get update for this one source; returns (ok, errors, warnings, output)."""
+    tmp = tempfile.mkdtemp(prefix="gpustack-apt-source-")
+    try:
+        with open(os.path.join(tmp, "gpustack-%s.sources" % name), "wb") as fh:
+            fh.write(source_text)
+        args = ["apt-get", "update", "-o", "Dir::Etc::SourceList=/dev/null",
+                "-o", "Dir::Etc::SourceParts=" + tmp, "-o", "APT::Get::List-Cleanup=0",
+                "-o", "Dir::Cache::pkgcache=", "-o", "Dir::Cache::srcpkgcache=",
+                "-o", "DPkg::Lock::Timeout=120"]  # fmt: skip
+        for option in apt_options:
+            args += ["-o", option]
+        env = dict(os.environ, LANG="C", LC_ALL="C", DEBIAN_FRONTEND="noninteractive")
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+        out = proc.communicate()[0].decode("utf-8", "replace")
+    except OSError as exc:
+        return False, [("", "cannot run apt-get: %s" % exc)], [], ""
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    errors, warnings = parse_apt_errors(out)
+    if proc.returncode != 0 and not errors:
+        errors = [("", "apt-get update exited %d" % proc.returncode)]
+    return not errors, errors, warnings, out
+
+
+def old_backups(source_path):
+    return sorted(glob.glob(glob.escape(source_path) + ".*~"))
+
+
+def present(module, files):
+    params = module.params
+    if re.search(r"\s", params["username"] + params["password"]):
+        module.fail_json(
+            msg="the mirror's user name or password contains white space, which apt_auth.conf(5) "
+            "cannot express. Hint: use credentials without spaces or tabs"
+        )
+    keyring = None
+    if params["keyring_src"]:
+        keyring = read(params["keyring_src"])
+        if keyring is None and not module.check_mode:
+            module.fail_json(msg="keyring %s is missing" % params["keyring_src"])
+    wanted = {
+        files["source"]: (params["content"].encode("utf-8"), 0o644),
+        files["auth"]: None,
+    }
+    auth = auth_text(params["auth_machine"], params["username"], params["password"])
+    if auth is not None:
+        wanted[files["auth"]] = (auth, 0o600)
+    if params["keyring_src"]:
+        wanted[files["keyring"]] = (keyring or b"", 0o644) if keyring is not None else "unknown"
+    for backup in old_backups(files["source"]):
+        wanted[backup] = None
+    before = dict((path, snapshot(path)) for path in wanted)
+    changed = sorted(path for path, want in wanted.items() if want != before[path])
+    txn = load_txn(files["txn"])
+    pending = txn is not None
+    diff = []
+    if files["source"] in changed:
+        old = before[files["source"]]
+        diff.append({
+            "before_header": files["source"], "after_header": files["source"],
+            "before": old[0].decode("utf-8", "replace") if old else "",
+            "after": params["content"],
+        })  # fmt: skip
+    if files["auth"] in changed:
+        diff.append({
+            "before_header": files["auth"], "after_header": files["auth"],
+            "before": "(current credentials, not shown)\n" if before[files["auth"]] else "",
+            "after": "(new credentials, not shown)\n" if auth is not None else "",
+        })  # fmt: skip
+    result = {"changed": bool(changed), "files": changed, "pending": pending or bool(changed),
+              "refreshed": False, "rolled_back": False, "diff": diff}  # fmt: skip
+    if module.check_mode:
+        module.exit_json(**result)
+    if changed:
+        if not pending:  # keep the oldest "before": that of the run that began the change
+            txn = dict((path, before[path]) for path in wanted)
+            save_txn(files["txn"], txn)
+        else:
+            for path in wanted:  # files this change touches that the record did not know
+                txn.setdefault(path, before[path])
+            save_txn(files["txn"], txn)
+        for path in changed:
+            want = wanted[path]
+            put(path, None if want is None else want[0], 0o644 if want is None else want[1])
+    if (changed or pending) and params["refresh"]:
+        ok, errors, warnings, _ = refresh(
+            params["content"].encode("utf-8"), params["name"], params["apt_options"]
+        )
+        result["refreshed"] = True
+        for warning in warnings:
+            module.warn("apt-get update: %s" % warning)
+        if not ok:
+            restored = restore(txn) if txn else []
+            os.remove(files["txn"])
+            uri = next((u for u, _ in errors if u), "")
+            reasons = [r for _, r in errors if r]
+            cause = classify(reasons)
+            inputs = (" (%s)" % params["hint_inputs"]) if params["hint_inputs"] else ""
+            module.fail_json(
+                msg="apt cannot use the repository %s: %s. The source was rolled back (%s). "
+                "Hint: %s"
+                % (
+                    uri or "of " + files["source"],
+                    "; ".join(r.rstrip(". ") for r in reasons[:3]) or "apt-get update failed",
+                    "%d file(s) restored" % len(restored) if restored else "nothing had changed",
+                    HINTS[cause].format(inputs=inputs),
+                ),
+                cause=cause,
+                apt_errors=["%s %s" % e for e in errors],
+                rolled_back=bool(restored),
+                files=restored,
+            )
+        result["changed"] = True  # the package lists now know the source
+    module.exit_json(**result)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            name=dict(type="str", required=True),
+            state=dict(type="str", default="present", choices=["present", "commit", "rollback"]),
+            content=dict(type="str", default=""),
+            keyring_src=dict(type="path", default=""),
+            auth_machine=dict(type="str", default=""),
+            username=dict(type="str", default=""),
+            password=dict(type="str", default="", no_log=True),
+            refresh=dict(type="bool", default=True),
+            hint_inputs=dict(type="str", default=""),
+            root=dict(type="path", default="/"),
+            apt_options=dict(type="list", elements="str", default=[]),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", params["name"]):
+        module.fail_json(msg="invalid repository name %r" % params["name"])
+    files = paths(params["root"], params["name"])
+    if params["state"] == "present":
+        if not params["content"]:
+            module.fail_json(msg="state=present needs content")
+        present(module, files)
+    txn = load_txn(files["txn"])
+    if params["state"] == "commit":
+        if txn is not None and not module.check_mode:
+            os.remove(files["txn"])
+        module.exit_json(changed=False, pending=False, committed=txn is not None)
+    # rollback
+    if txn is None:
+        module.exit_json(changed=False, rolled_back=False, files=[])
+    if module.check_mode:
+        module.exit_json(changed=True, rolled_back=True, files=sorted(txn))
+    restored = restore(txn)
+    os.remove(files["txn"])
+    module.exit_json(changed=bool(restored), rolled_back=bool(restored), files=restored)
+
+
+if __name__ == "__main__":
+    main()

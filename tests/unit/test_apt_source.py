@@ -1,0 +1,243 @@
+"""The gpustack_apt_source module against real apt: a signed file:// repository and a real HTTP
+server with basic auth on the loopback; apt-get update runs for real with private list and
+cache directories (nothing of this machine's apt state is touched).
+
+The repository holds the TEST FIXTURE packages of tests/fixtures/lab_fixtures.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import http.server
+import json
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.fixtures import lab_fixtures
+from tests.unit.test_driver_filters import load
+
+MODULE = ROOT / "roles/apt_signed_repo/library/gpustack_apt_source.py"
+pytestmark = pytest.mark.skipif(shutil.which("apt-get") is None, reason="needs apt-get")
+m = load("roles/apt_signed_repo/library/gpustack_apt_source.py", "gpustack_apt_source")
+USER, PASSWORD = "mirror-user", "i17-unit-S3cret"
+
+
+@pytest.fixture(scope="module")
+def repo():
+    info = lab_fixtures.build_toolkit_repo()
+    return Path(info["path"])
+
+
+class _AuthHandler(http.server.SimpleHTTPRequestHandler):
+    want = ""
+
+    def do_GET(self):
+        if self.headers.get("Authorization") != self.want:
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="fixture"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return None
+        return super().do_GET()
+
+    do_HEAD = do_GET
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def server(repo):
+    """The fixture repository over HTTP with basic auth on 127.0.0.1 (a free port)."""
+    handler = type("H", (_AuthHandler,), {
+        "want": "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()})  # fmt: skip
+    httpd = http.server.ThreadingHTTPServer(
+        ("127.0.0.1", 0), functools.partial(handler, directory=str(repo))
+    )
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+
+
+@pytest.fixture
+def env(tmp_path, repo):
+    """A root prefix for /etc/apt etc., private apt state, and the dearmored fixture key."""
+    root = tmp_path / "root"
+    for sub in ("lists/partial", "cache/archives/partial"):
+        (tmp_path / sub).mkdir(parents=True)
+    key = tmp_path / "key.gpg"
+    subprocess.run(["gpg", "--batch", "--yes", "--dearmor", "-o", str(key), str(repo / "gpgkey")],
+                   check=True)  # fmt: skip
+    options = [f"Dir::State::Lists={tmp_path}/lists", f"Dir::Cache={tmp_path}/cache",
+               "Debug::NoLocking=1", "APT::Sandbox::User=root", "Dir::Etc::netrc=/dev/null",
+               f"Dir::Etc::netrcparts={root}/etc/apt/auth.conf.d"]  # fmt: skip
+    return {"root": root, "key": key, "options": options, "lists": tmp_path / "lists"}
+
+
+def source(env, uri):
+    keyring = env["root"] / "usr/share/keyrings/gpustack-t1.gpg"
+    return f"Types: deb\nURIs: {uri}/stable/deb/$(ARCH)\nSuites: /\nSigned-By: {keyring}\n"
+
+
+def run(env, tmp_path, **args) -> tuple[int, dict, str]:
+    """The module as Ansible runs it (a JSON args file), returning (rc, result, raw output)."""
+    params = {"name": "t1", "root": str(env["root"]), "apt_options": env["options"], **args}
+    path = tmp_path / "args.json"
+    path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": params}))
+    proc = subprocess.run([sys.executable, str(MODULE), str(path)], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    return proc.returncode, json.loads(proc.stdout), proc.stdout + proc.stderr
+
+
+def tree(root: Path) -> dict[str, tuple[str, int]]:
+    """Every file under root: sha256 and mode (what 'byte-identical' compares)."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_file():
+            out[str(path.relative_to(root))] = (
+                hashlib.sha256(path.read_bytes()).hexdigest(),
+                path.stat().st_mode & 0o7777,
+            )
+    return out
+
+
+def lists_know(env, marker: str) -> bool:
+    return any(marker in p.name for p in env["lists"].iterdir())
+
+
+def test_credentialed_http_mirror_goes_to_auth_conf_d_0600(env, tmp_path, server):
+    rc, res, raw = run(env, tmp_path, content=source(env, server), keyring_src=str(env["key"]),
+                       auth_machine=f"{server}/stable/deb", username=USER, password=PASSWORD)  # fmt: skip
+    assert rc == 0, raw
+    assert res["changed"] and res["refreshed"] and res["pending"]
+    auth = env["root"] / "etc/apt/auth.conf.d/gpustack-t1.conf"
+    assert auth.stat().st_mode & 0o777 == 0o600
+    assert auth.read_text() == f"machine {server}/stable/deb login {USER} password {PASSWORD}\n"
+    src = env["root"] / "etc/apt/sources.list.d/gpustack-t1.sources"
+    assert src.stat().st_mode & 0o777 == 0o644 and "@" not in src.read_text()
+    assert lists_know(env, "127.0.0.1"), "apt-get update fetched the source's lists"
+    assert PASSWORD not in raw  # the module's output never carries the password
+    txn = env["root"] / "var/lib/gpustack/apt-txn/t1.json"
+    assert txn.stat().st_mode & 0o777 == 0o600  # 'before' held until commit
+    rc, res, _ = run(env, tmp_path, name="t1", state="commit")
+    assert rc == 0 and not txn.exists()
+    rc, res, _ = run(env, tmp_path, content=source(env, server), keyring_src=str(env["key"]),
+                     auth_machine=f"{server}/stable/deb", username=USER, password=PASSWORD)  # fmt: skip
+    assert rc == 0 and res["changed"] is False and res["refreshed"] is False
+
+
+def test_wrong_password_fails_with_401_and_leaves_every_file_as_before(env, tmp_path, server):
+    good = {"content": source(env, server), "keyring_src": str(env["key"]),
+            "auth_machine": f"{server}/stable/deb", "username": USER, "password": PASSWORD}  # fmt: skip
+    assert run(env, tmp_path, **good)[0] == 0
+    assert run(env, tmp_path, state="commit")[0] == 0
+    before = tree(env["root"])
+    rc, res, raw = run(env, tmp_path, **{**good, "password": "wrong-one"})
+    assert rc == 1
+    assert "401" in res["msg"] and "Unauthorized" in res["msg"], res["msg"]
+    assert res["cause"] == "auth" and "Hint: the mirror refused the credentials" in res["msg"]
+    assert "rolled back" in res["msg"] and res["rolled_back"] is True
+    assert tree(env["root"]) == before, "the good source and credentials are back, byte for byte"
+    assert "wrong-one" not in raw and PASSWORD not in raw
+
+
+@pytest.mark.parametrize(
+    ("uri", "cause", "words"),
+    [
+        ("http://127.0.0.1:9", "connect", "Could not connect"),
+        ("http://gpustack-no-such-host.invalid", "dns", "resolve"),
+        ("file:///nonexistent/mirror", "not_found", "Release"),
+    ],
+)
+def test_unusable_source_on_a_fresh_node_leaves_nothing_behind(env, tmp_path, uri, cause, words):
+    before = tree(env["root"])
+    rc, res, _ = run(env, tmp_path, content=source(env, uri), keyring_src=str(env["key"]))
+    assert rc == 1
+    assert res["cause"] == cause and words in res["msg"], res["msg"]
+    assert "Hint:" in res["msg"]
+    assert tree(env["root"]) == before == {}
+
+
+def test_404_names_the_status(env, tmp_path, server):
+    rc, res, _ = run(env, tmp_path, content=source(env, server + "/nope"),
+                     keyring_src=str(env["key"]), auth_machine=server, username=USER,
+                     password=PASSWORD)  # fmt: skip
+    assert rc == 1 and res["cause"] == "not_found" and "404" in res["msg"], res["msg"]
+
+
+def test_an_interrupted_change_is_proved_by_the_next_run(env, tmp_path, repo):
+    """Killed after the source was written and before the lists knew it: the files are as
+    wanted, but the record marks the change pending, so the next run refreshes anyway."""
+    args = {"content": source(env, f"file://{repo}"), "keyring_src": str(env["key"])}
+    assert run(env, tmp_path, **args)[0] == 0
+    shutil.rmtree(env["lists"])  # the lists as they were before the refresh
+    (env["lists"] / "partial").mkdir(parents=True)
+    rc, res, _ = run(env, tmp_path, **args)
+    assert rc == 0 and res["refreshed"] is True and res["changed"] is True
+    assert lists_know(env, "toolkit-repo")
+    assert run(env, tmp_path, state="commit")[0] == 0
+    rc, res, _ = run(env, tmp_path, **args)
+    assert res["refreshed"] is False and res["changed"] is False
+
+
+def test_rollback_restores_the_state_before_the_uncommitted_change(env, tmp_path, repo, server):
+    first = {"content": source(env, f"file://{repo}"), "keyring_src": str(env["key"])}
+    assert run(env, tmp_path, **first)[0] == 0
+    assert run(env, tmp_path, state="commit")[0] == 0
+    stale = env["root"] / "etc/apt/sources.list.d/gpustack-t1.sources.2024-01-01@00:00:00~"
+    stale.write_text("URIs: http://old-user:old-pass@mirror/\n")  # an old gpustack's backup
+    before = tree(env["root"])
+    second = {"content": source(env, server), "keyring_src": str(env["key"]),
+              "auth_machine": server, "username": USER, "password": PASSWORD}  # fmt: skip
+    rc, res, _ = run(env, tmp_path, **second)
+    assert rc == 0 and not stale.exists(), "old backups (with old credentials) go"
+    rc, res, _ = run(env, tmp_path, state="rollback")
+    assert rc == 0 and res["rolled_back"] is True
+    assert tree(env["root"]) == before
+    rc, res, _ = run(env, tmp_path, state="rollback")
+    assert rc == 0 and res["rolled_back"] is False and res["changed"] is False
+
+
+def test_check_mode_changes_nothing_and_hides_credentials_in_the_diff(env, tmp_path, server):
+    params = {"content": source(env, server), "keyring_src": str(env["key"]),
+              "auth_machine": server, "username": USER, "password": PASSWORD,
+              "_ansible_check_mode": True, "_ansible_diff": True}  # fmt: skip
+    rc, res, raw = run(env, tmp_path, **params)
+    assert rc == 0 and res["changed"] is True
+    assert tree(env["root"]) == {}
+    auth_diff = next(d for d in res["diff"] if d["after_header"].endswith(".conf"))
+    assert auth_diff["after"] == "(new credentials, not shown)\n"
+    assert PASSWORD not in raw
+
+
+def test_white_space_in_credentials_is_refused(env, tmp_path, server):
+    rc, res, _ = run(env, tmp_path, content=source(env, server), auth_machine=server,
+                     username=USER, password="two words")  # fmt: skip
+    assert rc == 1 and "white space" in res["msg"]
+
+
+def test_apt_error_parsing_and_causes():
+    out = (
+        "Ign:1 http://h/x  InRelease\nErr:1 http://h/x  InRelease\n"
+        "  Could not handshake: The TLS connection was non-properly terminated. [IP: 1.2.3.4 443]\n"
+        "Reading package lists...\n"
+        "W: Failed to fetch http://h/x/InRelease  Could not handshake: The TLS connection was "
+        "non-properly terminated. [IP: 1.2.3.4 443]\n"
+        "W: Some index files failed to download. They have been ignored, or old ones used instead.\n"
+    )
+    errors, warnings = m.parse_apt_errors(out)
+    assert errors == [("http://h/x", errors[0][1])] and warnings == []  # one cause, once
+    assert m.classify([r for _, r in errors]) == "tls"
+    assert m.classify(["The following signatures couldn't be verified: NO_PUBKEY 1234"]) == (
+        "signature"
+    )
+    assert m.classify(["503  Service Unavailable"]) == "server"
