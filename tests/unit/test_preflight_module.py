@@ -1,16 +1,10 @@
 """The preflight module's parsers, loaded from the role as Ansible would ship it."""
 
-import importlib.util
-
 import pytest
 
-from tests.conftest import ROOT
+from tests.unit.host_modules import load
 
-SPEC = importlib.util.spec_from_file_location(
-    "gpustack_preflight_facts", ROOT / "roles/gpu_preflight/library/gpustack_preflight_facts.py"
-)
-mod = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(mod)
+mod = load("roles/gpu_preflight/library/gpustack_host_probe.py", "gpustack_host_probe")
 
 
 @pytest.mark.parametrize(

@@ -1,55 +1,92 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-"""Read-only probe of everything gpustack needs to know about a GPU host, in one pass."""
+"""The one read-only host probe: preflight facts, what gpustack left on the host, and the
+converged stamps re-checked - whatever a command needs, in one module call per host."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
 DOCUMENTATION = r"""
-module: gpustack_preflight_facts
-short_description: Gather GPU host facts for gpustack in a single round trip
+module: gpustack_host_probe
+short_description: Read a GPU host for gpustack in one round trip
 description:
-  - Reads OS, kernel, NVIDIA PCI devices, NVSwitch, Secure Boot, nouveau, kernel headers,
-    installed and loaded NVIDIA driver, container runtimes, cri-dockerd and the kubelet
-    (with the CRI endpoint it talks to).
-  - Changes nothing on the host; supports check mode.
-  - Publishes the fact C(gpustack_preflight).
-options: {}
+  - Section preflight (always) - OS, kernel, NVIDIA PCI devices, NVSwitch, Secure Boot, nouveau,
+    kernel headers, installed and loaded NVIDIA driver, container runtimes, cri-dockerd and the
+    kubelet (with the CRI endpoint it talks to); fact C(gpustack_preflight).
+  - Section status - the driver and toolkit packages, their pins and holds, whether the
+    runtime's configuration holds the nvidia runtime, a pending reboot; fact C(gpustack_status).
+  - Section converged - every converged stamp re-checked on the host (files, packages, holds,
+    services, containerd's effective configuration, versions offered); fact
+    C(gpustack_converged_probe). The stamps are written by C(gpustack_converged).
+  - Paths come from the role's vars (roles/gpu_preflight/vars/main.yml). Changes nothing (no
+    package list refresh, no restart); supports check mode.
+options:
+  sections:
+    description: Sections beyond preflight.
+    type: list
+    elements: str
+    choices: [status, converged]
+    default: []
+  runtimes:
+    description: Per runtime kind (k3s, rke2, crio, containerd, docker) - config, service.
+    type: dict
+    required: true
+  rke2_bin:
+    description: RKE2's binary directory (searched after PATH).
+    type: path
+    required: true
+  status:
+    description: For section status - runtime_kind, containerd_config, nvidia_name, nvidia_binary,
+      crio_dropin, driver_pin, toolkit_pin, reboot_required.
+    type: dict
+    default: {}
+  converged:
+    description: For section converged - apt_lists (apt's update stamp, lists), dir (the stamps;
+      default that of gpustack_converged).
+    type: dict
+    default: {}
 author: gpustack
 """
 
 RETURN = r"""
 ansible_facts:
-  description: C(gpustack_preflight) with the keys os, kernel, arch, gpus, nvswitch,
-    secure_boot, nouveau_loaded, kernel_headers, driver, runtimes, runtime, kubelet,
-    cri_dockerd.
+  description: C(gpustack_preflight) (keys os, kernel, arch, gpus, nvswitch, secure_boot,
+    nouveau_loaded, nvidia_module_loaded, kernel_headers, driver, runtimes, runtime, kubelet,
+    cri_dockerd); with section status C(gpustack_status) (driver, toolkit, runtime,
+    reboot_required_file); with section converged C(gpustack_converged_probe) (stamps,
+    apt_lists_age). roles/gpu_preflight/README.md documents every key.
   returned: always
   type: dict
 """
 
 import glob
+import json
 import os
 import platform
 import re
 import shlex
-import subprocess
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpustack_host import (
+    EXTRA_PATH,
+    containerd_dump,
+    holds,
+    packages,
+    pinned_version,
+    pins,
+    read,
+    run,
+    service_active,
+    toml_has_runtime,
+    which,
+)
+from ansible.module_utils.gpustack_stamps import probe as probe_stamps
 
 NVIDIA_VENDOR = "0x10de"
 GPU_CLASSES = ("0x0300", "0x0302")  # VGA controller, 3D controller
 NVSWITCH_CLASS = "0x0680"  # bridge (other): how NVSwitch enumerates
 SECURE_BOOT_VAR = "/sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"
-EXTRA_PATH = [
-    "/usr/local/sbin",
-    "/usr/local/bin",
-    "/usr/sbin",
-    "/usr/bin",
-    "/sbin",
-    "/bin",
-    "/var/lib/rancher/rke2/bin",
-]
 DEB_DRIVER_PATTERNS = [
     "nvidia-driver",
     "nvidia-driver-*",
@@ -60,6 +97,14 @@ DEB_DRIVER_PATTERNS = [
     "nvidia-open-kernel-dkms",
     "nvidia-dkms-*",
 ]
+# What status lists as the driver's and the toolkit's packages (dpkg patterns).
+DRIVER_PACKAGES = ["nvidia-*", "libnvidia-*", "libcuda1", "cuda-drivers*", "firmware-nvidia-*"]
+TOOLKIT_PACKAGES = [
+    "nvidia-container-toolkit",
+    "nvidia-container-toolkit-base",
+    "libnvidia-container-tools",
+    "libnvidia-container1",
+]
 RPM_DRIVER_PACKAGES = [
     "nvidia-driver",
     "kmod-nvidia-open-dkms",
@@ -67,33 +112,6 @@ RPM_DRIVER_PACKAGES = [
     "nvidia-driver-cuda",
     "cuda-drivers",
 ]
-
-
-def read(path, default=None):
-    try:
-        with open(path, "r") as fh:
-            return fh.read()
-    except (IOError, OSError):
-        return default
-
-
-def run(args, with_stderr=False):
-    """Run a probe; return (rc, stdout[+stderr]). A missing binary is rc 127."""
-    try:
-        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        out, err = proc.communicate()
-        text = out + err if with_stderr else out
-        return proc.returncode, text.decode("utf-8", "replace")
-    except OSError:
-        return 127, ""
-
-
-def which(name):
-    for directory in os.environ.get("PATH", "").split(os.pathsep) + EXTRA_PATH:
-        candidate = os.path.join(directory, name)
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
-            return candidate
-    return None
 
 
 def os_release():
@@ -151,7 +169,7 @@ def lspci_names():
     lspci = which("lspci")
     if not lspci:
         return {}
-    rc, out = run([lspci, "-D", "-mm", "-d", "10de:"])
+    rc, out, _ = run([lspci, "-D", "-mm", "-d", "10de:"])
     names = {}
     if rc != 0:
         return names
@@ -191,7 +209,7 @@ def kernel_headers(kernel, family):
     installed = os.path.isdir("/lib/modules/%s/build" % kernel)
     available = None
     if family == "Debian" and which("apt-cache") and glob.glob("/var/lib/apt/lists/*_Packages*"):
-        rc, out = run(["apt-cache", "policy", package])
+        rc, out, _ = run(["apt-cache", "policy", package])
         match = re.search(r"Candidate:\s*(\S+)", out)
         available = bool(rc == 0 and match and match.group(1) != "(none)")
     return {
@@ -204,19 +222,10 @@ def kernel_headers(kernel, family):
 
 
 def installed_driver(family):
-    if family == "Debian" and which("dpkg-query"):
-        fmt = "${Package}\t${Version}\t${db:Status-Abbrev}\n"
-        _, out = run(["dpkg-query", "-W", "-f", fmt] + DEB_DRIVER_PATTERNS)
-        found = []
-        for line in out.splitlines():
-            parts = line.split("\t")
-            if len(parts) == 3 and parts[2][:2] in ("ii", "hi"):  # installed, maybe held
-                found.append((parts[0], parts[1]))
-    elif family == "RedHat" and which("rpm"):
-        _, out = run(
-            ["rpm", "-q", "--qf", "%{NAME}\t%{VERSION}-%{RELEASE}\n"] + RPM_DRIVER_PACKAGES
-        )
-        found = [tuple(line.split("\t")) for line in out.splitlines() if "\t" in line]
+    if family == "Debian":
+        found = sorted(packages(DEB_DRIVER_PATTERNS).items())
+    elif family == "RedHat":
+        found = sorted(packages(RPM_DRIVER_PACKAGES).items())
     else:
         found = []
     if not found:
@@ -259,18 +268,13 @@ def containerd_config_version(path):
     return 1  # no version key: containerd reads it as version 1
 
 
-def service_active(name):
-    if not which("systemctl"):
-        return None
-    rc, _ = run(["systemctl", "is-active", "--quiet", name])
-    return rc == 0
-
-
-def runtimes():
+def runtimes(where, rke2_bin):
+    """The container runtimes on the host; where: {kind: {config, service}} (role vars)."""
     found = []
 
-    def add(kind, binary, version_args, config_path, service, containerd_config):
-        rc, out = run([binary] + version_args)
+    def add(kind, binary):
+        rc, out, _ = run([binary, "--version"])
+        config_path = where[kind]["config"]
         entry = {
             "kind": kind,
             "binary": binary,
@@ -278,48 +282,27 @@ def runtimes():
             "config_path": config_path,
             "config_exists": os.path.exists(config_path),
             "config_version": None,
-            "active": service_active(service),
+            "active": service_active(where[kind]["service"]),
         }
-        if containerd_config:
+        if kind not in ("crio", "docker"):  # containerd's TOML, k3s and RKE2 included
             entry["config_version"] = containerd_config_version(config_path)
         found.append(entry)
 
     k3s = which("k3s")
     if k3s:
-        add(
-            "k3s",
-            k3s,
-            ["--version"],
-            "/var/lib/rancher/k3s/agent/etc/containerd/config.toml",
-            "k3s",
-            True,
-        )
+        add("k3s", k3s)
     rke2 = which("rke2")
-    if rke2 or os.path.isdir("/var/lib/rancher/rke2/bin"):
-        add(
-            "rke2",
-            rke2 or "/var/lib/rancher/rke2/bin/containerd",
-            ["--version"],
-            "/var/lib/rancher/rke2/agent/etc/containerd/config.toml",
-            "rke2-server",
-            True,
-        )
+    if rke2 or os.path.isdir(rke2_bin):
+        add("rke2", rke2 or os.path.join(rke2_bin, "containerd"))
     crio = which("crio")
     if crio:
-        add("crio", crio, ["--version"], "/etc/crio/crio.conf", "crio", False)
+        add("crio", crio)
     containerd = which("containerd")
     if containerd and not (k3s or rke2):
-        add(
-            "containerd",
-            containerd,
-            ["--version"],
-            "/etc/containerd/config.toml",
-            "containerd",
-            True,
-        )
+        add("containerd", containerd)
     dockerd = which("dockerd")
     if dockerd:
-        add("docker", dockerd, ["--version"], "/etc/docker/daemon.json", "docker", False)
+        add("docker", dockerd)
     return found
 
 
@@ -438,8 +421,8 @@ def cri_dockerd(kubelet_cri, kubelet_present):
     socket = next((p for p in CRI_DOCKERD_SOCKETS if os.path.exists(p)), None)
     version = None
     if binary:
-        rc, out = run([binary, "--version"], with_stderr=True)
-        version = first_version(out) if rc == 0 else None
+        rc, out, err = run([binary, "--version"])
+        version = first_version(out + err) if rc == 0 else None
     present = bool(binary or socket)
     # Endpoint unknown (no kubelet flags found): a kubelet next to cri-dockerd uses it.
     serves = kubelet_cri == "cri-dockerd" or (kubelet_cri is None and present and kubelet_present)
@@ -491,7 +474,7 @@ def kubelet():
     )
     version = None
     if binary:
-        rc, out = run([binary, "--version"])
+        rc, out, _ = run([binary, "--version"])
         version = first_version(out) if rc == 0 else None
     endpoint, source = kubelet_runtime_endpoint(kubelet_process_args())
     return {
@@ -503,12 +486,13 @@ def kubelet():
     }
 
 
-def gather():
+def preflight(params):
+    """Section preflight (always): fact gpustack_preflight."""
     osinfo = os_release()
     kernel = platform.release()
     modules = loaded_modules()
     gpus, switches = pci_devices()
-    found = runtimes()
+    found = runtimes(params["runtimes"], params["rke2_bin"])
     kube = kubelet()
     return {
         "os": osinfo,
@@ -531,9 +515,105 @@ def gather():
     }
 
 
+def runtime_wiring(kind, spec, where):
+    """Whether the runtime's configuration holds the nvidia runtime (spec: containerd_config,
+    nvidia_name, nvidia_binary, crio_dropin; where: {kind: {config}} as for preflight)."""
+    name, binary = spec["nvidia_name"], spec["nvidia_binary"]
+    result = {
+        "kind": kind or None,
+        "wired": None,
+        "binary_present": os.path.exists(binary),
+        "detail": "",
+    }
+    if not kind or kind == "none":
+        result["detail"] = "no container runtime"
+        return result
+    if kind == "containerd":
+        config = spec["containerd_config"]
+        rc, out, err = containerd_dump(config if os.path.exists(config) else "/dev/null")
+        if rc != 0:
+            result["detail"] = "containerd config dump failed: " + " ".join(err.split())[:300]
+            result["wired"] = False
+            return result
+        result["wired"] = toml_has_runtime(out, name, binary)
+        result["detail"] = "effective configuration (containerd config dump)"
+    elif kind == "docker":
+        path = where["docker"]["config"]
+        try:
+            data = json.loads(read(path, "") or "{}")
+        except ValueError:
+            data = {}
+            result["detail"] = "%s is not valid JSON" % path
+        entry = (data.get("runtimes") or {}).get(name) or {}
+        result["wired"] = entry.get("path") == binary
+        result["detail"] = result["detail"] or path
+    elif kind == "crio":
+        text = read(spec["crio_dropin"], "") or ""
+        result["wired"] = ("runtimes.%s" % name) in text and binary in text
+        result["detail"] = spec["crio_dropin"]
+    elif kind in ("k3s", "rke2"):
+        path = where[kind]["config"]
+        generated = read(path, "") or ""
+        template = read(path + ".tmpl", "") or ""
+        in_template = re.search(r"runtimes\.[\"']?%s[\"']?" % re.escape(name), template)
+        result["wired"] = toml_has_runtime(generated, name, binary) or bool(
+            in_template and binary in template
+        )
+        result["detail"] = path
+    return result
+
+
+def status(params, chosen_runtime):
+    """Section status: fact gpustack_status - what the host roles left (pins, holds, wiring)."""
+    spec = params["status"]
+    driver_pkgs = dict(
+        (k, v)
+        for k, v in packages(DRIVER_PACKAGES).items()
+        if not k.startswith(("nvidia-container", "libnvidia-container"))
+    )
+    toolkit_pkgs = packages(TOOLKIT_PACKAGES)
+    held = holds()
+    driver_pin = read(spec["driver_pin"])
+    toolkit_pin = read(spec["toolkit_pin"])
+    return {
+        "driver": {
+            "packages": driver_pkgs,
+            "held": [p for p in held if p in driver_pkgs],
+            "pinned_version": pinned_version(driver_pin),
+            "pins": pins(driver_pin),
+        },
+        "toolkit": {
+            "installed_version": toolkit_pkgs.get("nvidia-container-toolkit"),
+            "packages": toolkit_pkgs,
+            "held": [p for p in held if p in toolkit_pkgs],
+            "pinned_version": pinned_version(toolkit_pin),
+        },
+        "runtime": runtime_wiring(
+            spec.get("runtime_kind") or chosen_runtime, spec, params["runtimes"]
+        ),
+        "reboot_required_file": os.path.exists(spec["reboot_required"]),
+    }
+
+
 def main():
-    module = AnsibleModule(argument_spec={}, supports_check_mode=True)
-    module.exit_json(changed=False, ansible_facts={"gpustack_preflight": gather()})
+    module = AnsibleModule(
+        argument_spec=dict(
+            sections=dict(type="list", elements="str", default=[], choices=["status", "converged"]),
+            runtimes=dict(type="dict", required=True),
+            rke2_bin=dict(type="path", required=True),
+            status=dict(type="dict", default={}),
+            converged=dict(type="dict", default={}),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    EXTRA_PATH.append(params["rke2_bin"])
+    facts = {"gpustack_preflight": preflight(params)}
+    if "status" in params["sections"]:
+        facts["gpustack_status"] = status(params, facts["gpustack_preflight"]["runtime"])
+    if "converged" in params["sections"]:
+        facts["gpustack_converged_probe"] = probe_stamps(params["converged"])
+    module.exit_json(changed=False, ansible_facts=facts)
 
 
 if __name__ == "__main__":
