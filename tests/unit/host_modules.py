@@ -26,7 +26,7 @@ def utils(name: str):
     """One of the shared module_utils, as `ansible.module_utils.<name>`."""
     key = f"ansible.module_utils.{name}"
     if key not in sys.modules:
-        for dependency in ("gpustack_host", "gpustack_stamps"):  # in import order
+        for dependency in ("gpustack_host", "gpustack_stamps", "gpustack_containerd"):
             if dependency == name:
                 break
             utils(dependency)
@@ -36,11 +36,11 @@ def utils(name: str):
 
 def load(path: str, name: str):
     """A module file of a role (path relative to the repository), its module_utils resolved."""
-    utils("gpustack_stamps")
+    utils("gpustack_containerd")
     return _exec(name, ROOT / path)
 
 
 if __name__ == "__main__":
-    utils("gpustack_stamps")
+    utils("gpustack_containerd")
     sys.argv = sys.argv[1:]
     runpy.run_path(sys.argv[0], run_name="__main__")

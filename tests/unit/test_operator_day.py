@@ -29,7 +29,7 @@ from tests.unit.host_modules import utils
 from tests.unit.test_driver_filters import load
 from tests.unit.test_status import facts
 
-loaded_mod = load("roles/container_runtime/library/gpustack_containerd_loaded.py", "cd_loaded")
+loaded_mod = utils("gpustack_containerd")
 status_mod = utils("gpustack_host")
 driver_filters = load("roles/nvidia_driver/filter_plugins/nvidia_driver.py", "nd_filters_16")
 

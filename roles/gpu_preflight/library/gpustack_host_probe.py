@@ -19,6 +19,9 @@ description:
   - Section converged - every converged stamp re-checked on the host (files, packages, holds,
     services, containerd's effective configuration, versions offered); fact
     C(gpustack_converged_probe). The stamps are written by C(gpustack_converged).
+  - Section loaded - on a containerd host, the runtime handlers the running containerd loaded
+    against those of its files, and gpustack's restart-pending marker; fact
+    C(gpustack_runtime_loaded) (the check C(gpustack_containerd_loaded) makes during install).
   - Paths come from the role's vars (roles/gpu_preflight/vars/main.yml). Changes nothing (no
     package list refresh, no restart); supports check mode.
 options:
@@ -26,7 +29,7 @@ options:
     description: Sections beyond preflight.
     type: list
     elements: str
-    choices: [status, converged]
+    choices: [status, converged, loaded]
     default: []
   runtimes:
     description: Per runtime kind (k3s, rke2, crio, containerd, docker) - config, service.
@@ -36,9 +39,14 @@ options:
     description: RKE2's binary directory (searched after PATH).
     type: path
     required: true
+  runtime:
+    description: For sections status and loaded, the runtime gpustack wires - kind (empty -
+      preflight's choice), containerd_config, nvidia_name, nvidia_binary, crio_dropin, socket,
+      restart_marker.
+    type: dict
+    default: {}
   status:
-    description: For section status - runtime_kind, containerd_config, nvidia_name, nvidia_binary,
-      crio_dropin, driver_pin, toolkit_pin, reboot_required.
+    description: For section status - driver_pin, toolkit_pin, reboot_required.
     type: dict
     default: {}
   converged:
@@ -55,7 +63,8 @@ ansible_facts:
     nouveau_loaded, nvidia_module_loaded, kernel_headers, driver, runtimes, runtime, kubelet,
     cri_dockerd); with section status C(gpustack_status) (driver, toolkit, runtime,
     reboot_required_file); with section converged C(gpustack_converged_probe) (stamps,
-    apt_lists_age). roles/gpu_preflight/README.md documents every key.
+    apt_lists_age); with section loaded, on containerd, C(gpustack_runtime_loaded) (kind,
+    available, error, differences, restart_pending). roles/gpu_preflight/README.md documents them.
   returned: always
   type: dict
 """
@@ -68,6 +77,7 @@ import re
 import shlex
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpustack_containerd import loaded_state
 from ansible.module_utils.gpustack_host import (
     EXTRA_PATH,
     containerd_dump,
@@ -563,7 +573,7 @@ def runtime_wiring(kind, spec, where):
     return result
 
 
-def status(params, chosen_runtime):
+def status(params, kind):
     """Section status: fact gpustack_status - what the host roles left (pins, holds, wiring)."""
     spec = params["status"]
     driver_pkgs = dict(
@@ -588,9 +598,7 @@ def status(params, chosen_runtime):
             "held": [p for p in held if p in toolkit_pkgs],
             "pinned_version": pinned_version(toolkit_pin),
         },
-        "runtime": runtime_wiring(
-            spec.get("runtime_kind") or chosen_runtime, spec, params["runtimes"]
-        ),
+        "runtime": runtime_wiring(kind, params["runtime"], params["runtimes"]),
         "reboot_required_file": os.path.exists(spec["reboot_required"]),
     }
 
@@ -598,9 +606,12 @@ def status(params, chosen_runtime):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            sections=dict(type="list", elements="str", default=[], choices=["status", "converged"]),
+            sections=dict(
+                type="list", elements="str", default=[], choices=["status", "converged", "loaded"]
+            ),
             runtimes=dict(type="dict", required=True),
             rke2_bin=dict(type="path", required=True),
+            runtime=dict(type="dict", default={}),
             status=dict(type="dict", default={}),
             converged=dict(type="dict", default={}),
         ),
@@ -609,10 +620,22 @@ def main():
     params = module.params
     EXTRA_PATH.append(params["rke2_bin"])
     facts = {"gpustack_preflight": preflight(params)}
+    # The runtime gpustack wires: the input, else preflight's choice (as container_runtime does).
+    kind = params["runtime"].get("kind") or facts["gpustack_preflight"]["runtime"]
     if "status" in params["sections"]:
-        facts["gpustack_status"] = status(params, facts["gpustack_preflight"]["runtime"])
+        facts["gpustack_status"] = status(params, kind)
     if "converged" in params["sections"]:
         facts["gpustack_converged_probe"] = probe_stamps(params["converged"])
+    if "loaded" in params["sections"] and kind == "containerd":
+        spec = params["runtime"]
+        state = loaded_state(spec["containerd_config"], spec["socket"], spec["restart_marker"])
+        facts["gpustack_runtime_loaded"] = {
+            "kind": kind,
+            "available": state["loaded"]["available"],
+            "error": state["loaded"]["error"],
+            "differences": state["differences"],
+            "restart_pending": state["restart_pending"],
+        }
     module.exit_json(changed=False, ansible_facts=facts)
 
 
