@@ -12,6 +12,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 UTILS = ROOT / "roles/gpu_preflight/module_utils"
+# Each imports only those before it.
+ORDER = ("gpustack_host", "gpustack_stamps", "gpustack_containerd", "gpustack_kubelet")
 
 
 def _exec(name: str, path: Path):
@@ -26,7 +28,7 @@ def utils(name: str):
     """One of the shared module_utils, as `ansible.module_utils.<name>`."""
     key = f"ansible.module_utils.{name}"
     if key not in sys.modules:
-        for dependency in ("gpustack_host", "gpustack_stamps", "gpustack_containerd"):
+        for dependency in ORDER:
             if dependency == name:
                 break
             utils(dependency)
@@ -36,11 +38,13 @@ def utils(name: str):
 
 def load(path: str, name: str):
     """A module file of a role (path relative to the repository), its module_utils resolved."""
-    utils("gpustack_containerd")
+    for util in ORDER:
+        utils(util)
     return _exec(name, ROOT / path)
 
 
 if __name__ == "__main__":
-    utils("gpustack_containerd")
+    for util in ORDER:
+        utils(util)
     sys.argv = sys.argv[1:]
     runpy.run_path(sys.argv[0], run_name="__main__")

@@ -151,6 +151,11 @@ def toml_has_runtime(text, name, binary):
     return has_entry and has_binary
 
 
+def first_version(text):
+    match = re.search(r"v?(\d+\.\d+(?:\.\d+)?(?:[-+~][0-9A-Za-z.+~-]*)?)", text or "")
+    return match.group(1) if match else None
+
+
 def containerd_dump(config):
     """(rc, stdout, stderr) of `containerd config dump` for a configuration file."""
     return run(["containerd", "--config", config, "config", "dump"])
