@@ -262,10 +262,11 @@ def doctor_cmd(opts: HostOptions) -> int:
 
 
 def status(opts: HostOptions) -> int:
-    from gpustack import fleet, fleet_view
+    from gpustack import converged, fleet, fleet_view
 
-    validated = _validate(opts, (*OUTPUTS, "wide"))
-    inventory, extravars, kubeconfig = validated
+    inventory, extravars, kubeconfig = _validate(opts, (*OUTPUTS, "wide"))
+    # The input names whose resolved values the play publishes (gpustack_converged_desired).
+    validated = (inventory, {**extravars, **converged.extravars(record=False)}, kubeconfig)
     session = None
     if kubeconfig:  # reach the cluster before any host is contacted
         from gpustack.cluster import status as cluster_status

@@ -1,7 +1,7 @@
 """`gpustack status`: what each node runs, what install would make of it, and the drift (pure).
 
 Input is plain data: the facts of the read-only status play (`gpustack_preflight`,
-`gpustack_status`, `gpustack_status_inputs`), optionally the Kubernetes view of the node and the
+`gpustack_status`, `gpustack_converged_desired`), optionally the Kubernetes view of the node and the
 upgrade state; output is one row per node with a list naming every desired/actual difference.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from gpustack import doctor, paths
+from gpustack import converged, doctor, paths
 from gpustack.errors import BadInput
 
 UNSET = ""
@@ -109,7 +109,8 @@ def node_status(
         row.reachable = False
         row.error = "no status facts (unreachable or failed)"
         return row
-    inputs = {**role_defaults(), **(facts.get("gpustack_status_inputs") or {})}
+    resolved = facts.get("gpustack_converged_desired") or {}  # roles/gpu_converged
+    inputs = {**role_defaults(), **{k: v for k, v in resolved.items() if v != converged.UNSET}}
     osinfo = pf.get("os") or {}
     row.os = f"{osinfo.get('id', '?')} {osinfo.get('version_id') or osinfo.get('codename', '')}"
     row.kernel = pf.get("kernel", "")

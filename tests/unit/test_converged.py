@@ -13,9 +13,9 @@ from gpustack import converged, fastpath, paths
 from gpustack.commands import HostOptions
 from gpustack.inventory import Inventory
 from gpustack.results import HostResult, RunResult
-from tests.unit.test_driver_filters import load
+from tests.unit.host_modules import utils
 
-module = load("roles/gpu_converged/library/gpustack_converged.py", "gpustack_converged")
+module = utils("gpustack_stamps")
 
 OLD, NEW = "535.261.03-1", "535.309.01-0+deb12u1"
 TK_OLD, TK_NEW = "1.17.8-1~gpustackfixture", "1.18.0-1~gpustackfixture"

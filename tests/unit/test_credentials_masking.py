@@ -207,11 +207,11 @@ def test_stamps_are_written_0600_and_rewritten_only_on_change(tmp_path):
     def record(content: str) -> dict:
         args = tmp_path / "args.json"
         args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {
-            "mode": "record", "dir": str(tmp_path / "converged"), "role": "nvidia_driver",
+            "dir": str(tmp_path / "converged"), "role": "nvidia_driver",
             "stamp": {"content": content, "inputs": {}}}}))  # fmt: skip
         module = ROOT / "roles/gpu_converged/library/gpustack_converged.py"
-        proc = subprocess.run([sys.executable, str(module), str(args)], capture_output=True,
-                              text=True)  # fmt: skip
+        proc = subprocess.run([sys.executable, "-m", "tests.unit.host_modules", str(module),
+                               str(args)], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
         return json.loads(proc.stdout)
 
     assert record("a")["changed"] is True

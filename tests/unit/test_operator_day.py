@@ -25,11 +25,12 @@ from rich.console import Console
 from gpustack import doctor, fleet, fleet_view, locks
 from gpustack.inventory import Inventory
 from tests.conftest import ROOT, run_cli, runs_started
+from tests.unit.host_modules import utils
 from tests.unit.test_driver_filters import load
 from tests.unit.test_status import facts
 
-loaded_mod = load("roles/container_runtime/library/gpustack_containerd_loaded.py", "cd_loaded")
-status_mod = load("roles/gpu_status/library/gpustack_status_facts.py", "status_facts_16")
+loaded_mod = utils("gpustack_containerd")
+status_mod = utils("gpustack_host")
 driver_filters = load("roles/nvidia_driver/filter_plugins/nvidia_driver.py", "nd_filters_16")
 
 INI = textwrap.dedent("""\

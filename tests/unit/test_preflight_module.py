@@ -1,16 +1,11 @@
 """The preflight module's parsers, loaded from the role as Ansible would ship it."""
 
-import importlib.util
-
 import pytest
 
-from tests.conftest import ROOT
+from tests.unit.host_modules import load, utils
 
-SPEC = importlib.util.spec_from_file_location(
-    "gpustack_preflight_facts", ROOT / "roles/gpu_preflight/library/gpustack_preflight_facts.py"
-)
-mod = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(mod)
+mod = load("roles/gpu_preflight/library/gpustack_host_probe.py", "gpustack_host_probe")
+kube = utils("gpustack_kubelet")
 
 
 @pytest.mark.parametrize(
@@ -115,7 +110,7 @@ def test_a_kubelet_behind_cri_dockerd_makes_docker_the_runtime_to_wire(monkeypat
     ],
 )
 def test_flag_value(args, name, value):
-    assert mod.flag_value(args, name) == value
+    assert kube.flag_value(args, name) == value
 
 
 def test_kubelet_endpoint_from_a_kubeadm_flags_file():
@@ -125,10 +120,10 @@ def test_kubelet_endpoint_from_a_kubeadm_flags_file():
             '--pod-infra-container-image=registry.k8s.io/pause:3.10"\n'
         )
     }
-    endpoint, source = mod.kubelet_runtime_endpoint(None, files.get)
+    endpoint, source = kube.kubelet_runtime_endpoint(None, files.get)
     assert endpoint == "unix:///var/run/cri-dockerd.sock"
     assert source == "/var/lib/kubelet/kubeadm-flags.env"
-    assert mod.cri_of(endpoint) == "cri-dockerd"
+    assert kube.cri_of(endpoint) == "cri-dockerd"
 
 
 def test_kubelet_endpoint_precedence_process_then_its_config_then_files():
@@ -138,22 +133,22 @@ def test_kubelet_endpoint_precedence_process_then_its_config_then_files():
         "/var/lib/kubelet/config.yaml": "containerRuntimeEndpoint: unix:///var/run/crio/crio.sock\n",
     }
     running = ["--container-runtime-endpoint=unix:///run/k3s/containerd/containerd.sock"]
-    assert mod.kubelet_runtime_endpoint(running, files.get) == (
+    assert kube.kubelet_runtime_endpoint(running, files.get) == (
         "unix:///run/k3s/containerd/containerd.sock",
         "kubelet process",
     )
-    assert mod.kubelet_runtime_endpoint(["--config=/etc/kubelet.yaml"], files.get) == (
+    assert kube.kubelet_runtime_endpoint(["--config=/etc/kubelet.yaml"], files.get) == (
         "unix:///run/containerd/containerd.sock",
         "/etc/kubelet.yaml",
     )
-    assert mod.kubelet_runtime_endpoint(["--v=2"], files.get) == (
+    assert kube.kubelet_runtime_endpoint(["--v=2"], files.get) == (
         "unix:///run/cri-dockerd.sock",
         "/etc/default/kubelet",
     )
     only_config = {"/var/lib/kubelet/config.yaml": files["/var/lib/kubelet/config.yaml"]}
-    endpoint, _ = mod.kubelet_runtime_endpoint(None, only_config.get)
-    assert mod.cri_of(endpoint) == "crio"
-    assert mod.kubelet_runtime_endpoint(None, {}.get) == (None, None)
+    endpoint, _ = kube.kubelet_runtime_endpoint(None, only_config.get)
+    assert kube.cri_of(endpoint) == "crio"
+    assert kube.kubelet_runtime_endpoint(None, {}.get) == (None, None)
 
 
 @pytest.mark.parametrize(
@@ -169,7 +164,7 @@ def test_kubelet_endpoint_precedence_process_then_its_config_then_files():
     ],
 )
 def test_cri_of(endpoint, cri):
-    assert mod.cri_of(endpoint) == cri
+    assert kube.cri_of(endpoint) == cri
 
 
 @pytest.mark.parametrize(
@@ -185,23 +180,23 @@ def test_cri_of(endpoint, cri):
     ],
 )
 def test_cri_dockerd_runs_runtime_class_handlers_from_0_4_0(version, handlers):
-    assert mod.runtime_handlers(version) is handlers
+    assert kube.runtime_handlers(version) is handlers
 
 
 def test_cri_dockerd_facts_from_its_binary(monkeypatch, tmp_path):
     shim = tmp_path / "cri-dockerd"
     shim.write_text("#!/bin/sh\necho 'cri-dockerd 0.3.16 (d5bd4c7)'\n")
     shim.chmod(0o755)
-    monkeypatch.setattr(mod, "which", lambda name: str(shim) if name == "cri-dockerd" else None)
-    facts = mod.cri_dockerd("cri-dockerd", True)
+    monkeypatch.setattr(kube, "which", lambda name: str(shim) if name == "cri-dockerd" else None)
+    facts = kube.cri_dockerd("cri-dockerd", True)
     assert facts["version"] == "0.3.16"
     assert facts["serves_kubelet"] is True and facts["runtime_handlers"] is False
     # endpoint unknown: a kubelet next to cri-dockerd uses it; a known other endpoint wins
-    assert mod.cri_dockerd(None, True)["serves_kubelet"] is True
-    assert mod.cri_dockerd("containerd", True)["serves_kubelet"] is False
-    monkeypatch.setattr(mod, "which", lambda name: None)
-    monkeypatch.setattr(mod, "CRI_DOCKERD_SOCKETS", ())
-    assert mod.cri_dockerd(None, True) == {
+    assert kube.cri_dockerd(None, True)["serves_kubelet"] is True
+    assert kube.cri_dockerd("containerd", True)["serves_kubelet"] is False
+    monkeypatch.setattr(kube, "which", lambda name: None)
+    monkeypatch.setattr(kube, "CRI_DOCKERD_SOCKETS", ())
+    assert kube.cri_dockerd(None, True) == {
         "present": False,
         "binary": None,
         "version": None,

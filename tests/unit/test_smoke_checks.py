@@ -1,5 +1,5 @@
 """The smoke suite's checks and verdicts (gpustack/smoke/checks.py), from facts shaped like the
-ones gpu_preflight, gpu_status and gpu_smoke publish. The nvidia-smi XML is a hand-written sample
+ones gpu_preflight and gpu_smoke publish. The nvidia-smi XML is a hand-written sample
 (tests/fixtures/real-gpu/public/, not captured from a GPU); everything else here is constructed
 test input."""
 

@@ -2,17 +2,11 @@
 the container check uses and why it is skipped. Its commands run for real in
 tests/unit/test_smoke_local.py (this machine) and tests/lab/test_smoke.py (lab nodes)."""
 
-import importlib.util
-
 import pytest
 
-from tests.conftest import ROOT
+from tests.unit.host_modules import load
 
-SPEC = importlib.util.spec_from_file_location(
-    "gpustack_smoke_probe", ROOT / "roles/gpu_smoke/library/gpustack_smoke_probe.py"
-)
-mod = importlib.util.module_from_spec(SPEC)
-SPEC.loader.exec_module(mod)
+mod = load("roles/gpu_smoke/library/gpustack_smoke_probe.py", "gpustack_smoke_probe")
 
 IMAGES = {
     "k8s.io": ["registry.k8s.io/pause:3.9", "nvcr.io/nvidia/k8s-device-plugin:v0.20.0",

@@ -11,9 +11,9 @@ import pytest
 
 from gpustack import fleet
 from tests.conftest import run_cli, runs_started
-from tests.unit.test_driver_filters import load
+from tests.unit.host_modules import utils
 
-probe = load("roles/gpu_status/library/gpustack_status_facts.py", "gpustack_status_facts")
+probe = utils("gpustack_host")
 
 OLD, NEW = "535.261.03-1", "535.309.01-0+deb12u1"
 TK = "1.17.8-1~gpustackfixture"
@@ -50,7 +50,7 @@ def facts(installed=OLD, loaded=None, gpus=0, pinned=OLD, held=True, tk=TK, tk_p
             "runtime": {"kind": kind, "wired": wired, "binary_present": bool(tk)},
             "reboot_required_file": reboot_file,
         },
-        "gpustack_status_inputs": {"nvidia_driver_source": "distro", **(inputs or {})},
+        "gpustack_converged_desired": {"nvidia_driver_source": "distro", **(inputs or {})},
     }
 
 

@@ -69,6 +69,7 @@ import socket
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.gpustack_host import EXTRA_PATH, read
 
 TOOLS = (
     "nvidia-smi",
@@ -81,7 +82,6 @@ TOOLS = (
     "docker",
     "timeout",
 )
-SBIN = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
 MARKER = "gpustack-smoke-ok"
 CONTAINER_SCRIPT = "echo %s; nvidia-smi -L" % MARKER
 FABRIC_MANAGER = "nvidia-fabricmanager"
@@ -93,7 +93,7 @@ class Probe(object):
     def __init__(self, module):
         self.module = module
         self.seconds = module.params["timeout"]
-        self.tools = dict((name, module.get_bin_path(name, opt_dirs=SBIN)) for name in TOOLS)
+        self.tools = dict((name, module.get_bin_path(name, opt_dirs=EXTRA_PATH)) for name in TOOLS)
 
     def command(self, argv, data=None):
         """{argv, rc, stdout, stderr} of one command; argv[0] is a tool name or a path."""
@@ -106,14 +106,6 @@ class Probe(object):
 
     def has(self, name):
         return bool(self.tools.get(name))
-
-
-def read_text(path):
-    try:
-        with open(path, "r") as handle:
-            return handle.read()
-    except (IOError, OSError):
-        return None
 
 
 def nvidia_smi(probe):
@@ -159,7 +151,7 @@ def cdi(probe):
         generated = probe.command(["nvidia-ctk", "cdi", "generate", "--output=" + output])
         specs = {}
         for name in sorted(os.listdir(tmpdir)):
-            specs[name] = read_text(os.path.join(tmpdir, name)) or ""
+            specs[name] = read(os.path.join(tmpdir, name)) or ""
         listed = probe.command(["nvidia-ctk", "cdi", "list", "--spec-dir=" + tmpdir])
         return {"dir": tmpdir, "generate": generated, "list": listed, "specs": specs}
     finally:
@@ -276,7 +268,7 @@ def gather(module):
         "fqdn": socket.getfqdn(),
         "tools": dict((name, path) for name, path in probe.tools.items() if name != "timeout"),
         "nvidia_smi": nvidia_smi(probe),
-        "proc_driver_version": read_text("/proc/driver/nvidia/version"),
+        "proc_driver_version": read("/proc/driver/nvidia/version"),
         "lspci": lspci(probe),
         "fabric_manager": fabric_manager(probe),
         "toolkit": toolkit(probe),

@@ -1,0 +1,161 @@
+# -*- coding: utf-8 -*-
+"""The one place gpustack's host modules read a host: files, commands, packages, holds, units,
+and whether a (dumped) containerd configuration holds the nvidia runtime.
+
+Shipped to the host with every module that imports it (gpustack_host_probe, gpustack_converged,
+gpustack_smoke_probe). Reads only; nothing here changes the host.
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import hashlib
+import os
+import re
+import subprocess
+
+# Directories searched after PATH (a module's PATH on a host can be minimal); a module adds
+# the ones its arguments name (RKE2's binary directory).
+EXTRA_PATH = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+
+
+def read(path, default=None):
+    try:
+        with open(path, "r") as fh:
+            return fh.read()
+    except (IOError, OSError, TypeError):
+        return default
+
+
+def run(args):
+    """(rc, stdout, stderr) of a command; a missing binary is rc 127."""
+    try:
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        out, err = proc.communicate()
+        return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+    except OSError as exc:
+        return 127, "", str(exc)
+
+
+def which(name):
+    for directory in os.environ.get("PATH", "").split(os.pathsep) + EXTRA_PATH:
+        candidate = os.path.join(directory, name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def sha256(path):
+    try:
+        digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(65536), b""):
+                digest.update(block)
+        return digest.hexdigest()
+    except (IOError, OSError):
+        return None
+
+
+def parse_dpkg(text):
+    """`Package Version Status-Abbrev` lines -> {package: version} of installed packages."""
+    found = {}
+    for line in (text or "").splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[2][:2] in ("ii", "hi"):  # installed, maybe held
+            found[parts[0]] = parts[1]
+    return found
+
+
+def packages(names):
+    """{package: version} of the installed packages among names (dpkg patterns or rpm names)."""
+    if not names:
+        return {}
+    if which("dpkg-query"):
+        _, out, _ = run(
+            ["dpkg-query", "-W", "-f=${Package} ${Version} ${db:Status-Abbrev}\n"] + list(names)
+        )
+        return parse_dpkg(out)
+    if which("rpm"):
+        _, out, _ = run(["rpm", "-qa", "--qf", "%{NAME} %{VERSION}-%{RELEASE} ii\n"] + list(names))
+        return parse_dpkg(out)
+    return {}
+
+
+def holds(versionlock="/etc/dnf/plugins/versionlock.list"):
+    """Held packages: apt-mark showhold, or dnf's versionlock list."""
+    if which("apt-mark"):
+        rc, out, _ = run(["apt-mark", "showhold"])
+        return sorted(set(out.split())) if rc == 0 else []
+    if which("dnf"):
+        # versionlock entries look like name-epoch:version-release.*
+        lines = [x for x in (read(versionlock, "") or "").splitlines() if x.strip() and x[0] != "#"]
+        return sorted(set(re.sub(r"-[0-9]+:.*$", "", line).strip() for line in lines))
+    return []
+
+
+def service_active(name):
+    if not which("systemctl"):
+        return None
+    rc, _, _ = run(["systemctl", "is-active", "--quiet", name])
+    return rc == 0
+
+
+def service_states(units):
+    """{unit: {"enabled": UnitFileState, "active": ActiveState}} in one systemctl call."""
+    states = dict((unit, {"enabled": "", "active": ""}) for unit in units)
+    if not units:
+        return states
+    _, out, _ = run(["systemctl", "show", "--property=Id,UnitFileState,ActiveState"] + units)
+    blocks = out.split("\n\n") + [""] * len(units)
+    for unit, block in zip(units, blocks[: len(units)]):  # padded above
+        props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        states[unit] = {
+            "enabled": props.get("UnitFileState", ""),
+            "active": props.get("ActiveState", ""),
+        }
+    return states
+
+
+def pinned_version(text):
+    """The version of an apt preferences file gpustack wrote (`Pin: version X`)."""
+    match = re.search(r"^Pin:\s*version\s+(\S+)", text or "", re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def pins(text):
+    """{package: version} of every `Package:`/`Pin: version` stanza of a gpustack pin file."""
+    found = {}
+    for stanza in re.split(r"\n\s*\n", text or ""):
+        package = re.search(r"^Package:\s*(.+)$", stanza, re.MULTILINE)
+        version = pinned_version(stanza)
+        if package and version:
+            for name in package.group(1).split():
+                found[name] = version
+    return found
+
+
+def toml_has_runtime(text, name, binary):
+    """Whether a (dumped) TOML text defines runtimes.<name> with BinaryName <binary>."""
+    quoted = r"[\"']?%s[\"']?" % re.escape(name)
+    header = re.compile(r"^\s*\[.*\.runtimes\.%s(\.options)?\]\s*$" % quoted)
+    in_entry = has_entry = has_binary = False
+    for line in (text or "").splitlines():
+        stripped = line.strip()
+        if stripped.startswith("["):
+            in_entry = bool(header.match(stripped))
+            has_entry = has_entry or in_entry
+            continue
+        if in_entry and re.match(r"BinaryName\s*=\s*[\"']%s[\"']" % re.escape(binary), stripped):
+            has_binary = True
+    return has_entry and has_binary
+
+
+def first_version(text):
+    match = re.search(r"v?(\d+\.\d+(?:\.\d+)?(?:[-+~][0-9A-Za-z.+~-]*)?)", text or "")
+    return match.group(1) if match else None
+
+
+def containerd_dump(config):
+    """(rc, stdout, stderr) of `containerd config dump` for a configuration file."""
+    return run(["containerd", "--config", config, "config", "dump"])
