@@ -8,13 +8,15 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpustack import credentials, doctor, output
-from gpustack.config import check_extra_vars
+from gpustack import credentials
+from gpustack.ansible.extravars import parse_extra_vars
+from gpustack.ansible.input_formats import check_extra_vars
+from gpustack.ansible.input_specs import check_host_vars, check_inputs
+from gpustack.ansible.inventory import load_inventory
+from gpustack.ansible.results import RunResult
 from gpustack.errors import BadInput, ExitCode
-from gpustack.extravars import parse_extra_vars
-from gpustack.inputs_check import check_host_vars, check_inputs
-from gpustack.inventory import load_inventory
-from gpustack.results import RunResult
+from gpustack.fleet import doctor
+from gpustack.terminal import output
 
 OUTPUTS = ("text", "json")
 
@@ -69,7 +71,7 @@ def _check_writable(report: str) -> None:
 def play(playbook: str, inventory, variables: dict, opts: HostOptions, title: str,
          check=False, diff=False) -> RunResult:  # fmt: skip
     """One playbook run with the live progress view."""
-    from gpustack import runner  # ansible-runner is imported only when hosts are contacted
+    from gpustack.ansible import runner  # ansible-runner is imported only when hosts are contacted
 
     spec = runner.build_run_spec(
         playbook,
@@ -89,7 +91,7 @@ def host_locks(opts: HostOptions, inventory, check: bool = False):
     """The host locks of a run that changes hosts (none for check mode); see gpustack/locks.py."""
     import contextlib
 
-    from gpustack import locks
+    from gpustack.ansible import locks
 
     if check:
         return contextlib.nullcontext()
@@ -139,15 +141,15 @@ def install(
         _check_writable(junit)
     session = None
     if validated[2]:  # a kubeconfig: reach the cluster before any host is touched
-        from gpustack.cluster import flow
+        from gpustack.k8s.cluster import flow
 
         session = flow.prepare(validated[2], validated[0], validated[1])
-    from gpustack import fastpath
+    from gpustack.fleet import converged_run
 
     extra: dict = {"check_mode": check}
     k8s = None
     with host_locks(opts, validated[0], check):
-        result = fastpath.run_site(opts, validated, "gpustack install", check, diff, full)
+        result = converged_run.run_site(opts, validated, "gpustack install", check, diff, full)
         if session and result.status != "canceled":
             k8s = flow.install(session, result, check=check)
             extra["kubernetes"] = k8s.to_dict()
@@ -160,7 +162,7 @@ def install(
 
 def verify(opts: HostOptions, junit: str | None = None) -> int:
     """Read-only host facts, then the cluster: capacity, verification pods, metrics."""
-    from gpustack.cluster import flow
+    from gpustack.k8s.cluster import flow
 
     validated = _validate(opts)
     if junit:
@@ -182,7 +184,7 @@ def _cluster_text(result: RunResult, k8s, opts: HostOptions):
     def show() -> None:
         output.print_run(result, opts.verbose)
         if k8s is not None:
-            from gpustack.cluster.report import print_cluster
+            from gpustack.terminal.cluster_report import print_cluster
 
             print_cluster(k8s, opts.verbose)
 
@@ -192,17 +194,18 @@ def _cluster_text(result: RunResult, k8s, opts: HostOptions):
 def _write_junit(path: str | None, suite: str, result: RunResult, k8s) -> None:
     if not path:
         return
-    from gpustack import junit
+    from gpustack.terminal import junit
 
     cases = junit.host_cases(result) + (junit.node_cases(k8s.nodes) if k8s else [])
     junit.write(path, suite, cases)
 
 
 def plan(opts: HostOptions, full: bool = False) -> int:
-    from gpustack import fastpath, fleet_view, plan_summary
+    from gpustack.fleet import converged_run, plan_summary
+    from gpustack.terminal import fleet_view
 
     title = "gpustack plan (check mode)"
-    result = fastpath.run_site(opts, _validate(opts), title, check=True, diff=True, full=full)
+    result = converged_run.run_site(opts, _validate(opts), title, check=True, diff=True, full=full)
     plans = {name: plan_summary.summarize(host.changes) for name, host in result.hosts.items()}
     return _finish(
         "plan",
@@ -221,7 +224,7 @@ def _runtime_classes(inventory, extravars: dict) -> dict[str, str]:
     key = "gpustack_k8s_runtime_class"
     if key in extravars:
         return {host: str(extravars[key] or "") for host in inventory.hosts}
-    from gpustack.manifests_vars import inventory_k8s_vars
+    from gpustack.k8s.manifests_vars import inventory_k8s_vars
 
     try:
         found = inventory_k8s_vars(inventory)
@@ -262,13 +265,14 @@ def doctor_cmd(opts: HostOptions) -> int:
 
 
 def status(opts: HostOptions) -> int:
-    from gpustack import fleet, fleet_view
+    from gpustack.fleet import status as fleet
+    from gpustack.terminal import fleet_view
 
     validated = _validate(opts, (*OUTPUTS, "wide"))
     inventory, extravars, kubeconfig = validated
     session = None
     if kubeconfig:  # reach the cluster before any host is contacted
-        from gpustack.cluster import status as cluster_status
+        from gpustack.k8s.cluster import status as cluster_status
 
         session = cluster_status.prepare(kubeconfig, inventory, extravars)
     result, *_ = _run(opts, "status.yml", "gpustack status", validated=validated)
@@ -301,7 +305,8 @@ def status(opts: HostOptions) -> int:
 
 def smoke(opts: HostOptions, image: str | None = None, capture: str | None = None) -> int:
     """Read-only smoke suite (docs/gpu-hosts.md): the probe play, then the controller's checks."""
-    from gpustack.smoke import checks, view
+    from gpustack.smoke import checks
+    from gpustack.terminal import smoke_view as view
 
     if image:
         opts.extra_vars = [*opts.extra_vars, json.dumps({"gpu_smoke_image": image})]
@@ -357,7 +362,7 @@ def uninstall(opts: HostOptions, components: str, yes: bool) -> int:
     inventory = validated[0]
     session = None
     if "k8s" in chosen:  # needs the cluster; reach it before asking or touching anything
-        from gpustack.cluster import flow
+        from gpustack.k8s.cluster import flow
 
         session = flow.prepare(validated[2], inventory, validated[1], required=True)
     host_components = [c for c in chosen if c != "k8s"]
@@ -402,7 +407,7 @@ def manifests(
     inventory: str, output_dir: str, servicemonitor: bool, limit: str | None, extra_vars: list[str]
 ) -> int:
     """Render from the inventory's and -e's gpustack_k8s_* settings; write YAML files."""
-    from gpustack import manifests as k8s
+    from gpustack.k8s import manifests as k8s
 
     extravars = parse_extra_vars(extra_vars)
     check_extra_vars(extravars)

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpustack import doctor
 from gpustack.errors import ExitCode
-from gpustack.fleet import upstream
+from gpustack.fleet import doctor
+from gpustack.fleet.status import upstream
 from gpustack.smoke import parse, stack
 from gpustack.smoke.model import (
     ABSENT,

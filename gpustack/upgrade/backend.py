@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gpustack.upgrade.runtime import Clock
+from gpustack.upgrade.executors import Clock
 
 
 class StepFailed(Exception):

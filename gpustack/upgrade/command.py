@@ -12,18 +12,19 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from gpustack import credentials, output
-from gpustack.config import DriverInputs, check_extra_vars
+from gpustack import credentials
+from gpustack.ansible.extravars import parse_extra_vars
+from gpustack.ansible.input_formats import DriverInputs, check_extra_vars
+from gpustack.ansible.inventory import load_inventory
 from gpustack.errors import BadInput, ExitCode
-from gpustack.extravars import parse_extra_vars
-from gpustack.inventory import load_inventory
+from gpustack.terminal import output
+from gpustack.terminal.upgrade_view import UpgradeLive, counts, node_rows, print_plan, print_summary
 from gpustack.upgrade.backend import HostOnlyBackend, StepOptions
+from gpustack.upgrade.executors import ThreadExecutor
 from gpustack.upgrade.orchestrator import Orchestrator, RolloutPolicy, RolloutResult
 from gpustack.upgrade.planner import Limits, NodeView, plan_batches, resolve_max_unavailable
-from gpustack.upgrade.runtime import ThreadExecutor
 from gpustack.upgrade.session import open_run
 from gpustack.upgrade.state import FileStateStore, Target, UpgradeRun, state_path_for
-from gpustack.upgrade.view import UpgradeLive, counts, node_rows, print_plan, print_summary
 
 
 @dataclass
@@ -189,7 +190,7 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None) -> int:
 
 
 def _host_locks(opts: UpgradeOptions, inventory):
-    from gpustack import locks
+    from gpustack.ansible import locks
 
     if opts.dry_run:
         return contextlib.nullcontext()
@@ -203,7 +204,7 @@ def _host_locks(opts: UpgradeOptions, inventory):
 def _backend(kubeconfig: str | None, inventory, extravars):
     if not kubeconfig:
         return HostOnlyBackend()
-    from gpustack.cluster.upgrade import KubernetesBackend  # only gpustack/cluster talks to k8s
+    from gpustack.k8s.cluster.upgrade import KubernetesBackend  # only gpustack/cluster talks to k8s
 
     return KubernetesBackend.from_kubeconfig(kubeconfig, inventory, extravars)
 

@@ -22,6 +22,7 @@ from gpustack.upgrade.backend import (
     StepFailed,
     StepOptions,
 )
+from gpustack.upgrade.executors import Clock
 from gpustack.upgrade.planner import (
     Limits,
     NodeView,
@@ -29,7 +30,6 @@ from gpustack.upgrade.planner import (
     is_candidate,
     select_batch,
 )
-from gpustack.upgrade.runtime import Clock
 from gpustack.upgrade.state import (
     IN_PROGRESS,
     MemoryStateStore,

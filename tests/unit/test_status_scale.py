@@ -9,10 +9,10 @@ import random
 
 import pytest
 
-from gpustack.cluster import nodes, status
-from gpustack.cluster.flow import Session
 from gpustack.errors import GpustackError
-from gpustack.manifests import ClusterConfig
+from gpustack.k8s.cluster import nodes, status
+from gpustack.k8s.cluster.flow import Session
+from gpustack.k8s.manifests import ClusterConfig
 
 
 def node(name: str, hostname: str | None = None, ip: str | None = None) -> dict:

@@ -9,9 +9,9 @@ import threading
 import pytest
 
 from gpustack.upgrade.backend import HostOnlyBackend, HostOutcome, StepOptions
+from gpustack.upgrade.executors import SimulatedExecutor, ThreadExecutor
 from gpustack.upgrade.orchestrator import Orchestrator, RolloutPolicy, check_host
 from gpustack.upgrade.planner import Limits
-from gpustack.upgrade.runtime import SimulatedExecutor, ThreadExecutor
 from gpustack.upgrade.state import (
     FileStateStore,
     MemoryStateStore,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from gpustack import output
 from gpustack.smoke.model import HostSmoke
+from gpustack.terminal import output
 
 STYLE = {
     "pass": "green",

@@ -13,7 +13,7 @@ guard instead of ansible-playbook (runner.py, `binary=`). The guard:
   a grace period, so no orphan keeps changing a host;
 * otherwise exits with ansible-playbook's exit code.
 
-Usage (by runner.py only): python -m gpustack.childguard ansible-playbook ARGS...
+Usage (by runner.py only): python -m gpustack.ansible.childguard ansible-playbook ARGS...
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def stop_group(child: subprocess.Popen, grace: float = GRACE_S) -> None:
 
 def main(argv: list[str]) -> int:
     if not argv:
-        sys.stderr.write("usage: python -m gpustack.childguard COMMAND [ARGS...]\n")
+        sys.stderr.write("usage: python -m gpustack.ansible.childguard COMMAND [ARGS...]\n")
         return 2
     parent = os.getppid()
     _ask_for_parent_death_signal()

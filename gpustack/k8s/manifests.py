@@ -17,9 +17,9 @@ import jinja2
 import yaml
 
 from gpustack import paths
+from gpustack.ansible.inventory import Inventory
 from gpustack.errors import BadInput
-from gpustack.inventory import Inventory
-from gpustack.manifests_config import IMAGES, VAR_PREFIX, ClusterConfig, split_registry
+from gpustack.k8s.manifests_config import IMAGES, VAR_PREFIX, ClusterConfig, split_registry
 
 __all__ = [
     "COMMON_LABELS",
@@ -335,7 +335,7 @@ def config_from_inventory(
     The settings are cluster-wide, so target hosts must agree on every one they set.
     """
     if isinstance(inventory, Inventory):
-        from gpustack.manifests_vars import inventory_k8s_vars
+        from gpustack.k8s.manifests_vars import inventory_k8s_vars
 
         hostvars = inventory_k8s_vars(inventory, also=(RUNTIME_NAME_VAR,))
     else:

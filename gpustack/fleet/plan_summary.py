@@ -11,7 +11,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gpustack.results import TaskChange
+from gpustack.ansible.results import TaskChange
 
 _INST = re.compile(r"^Inst (\S+)(?: \[([^\]]+)\])? \((\S+)")
 _REMV = re.compile(r"^(?:Remv|Purg) (\S+)(?: \[([^\]]+)\])?")

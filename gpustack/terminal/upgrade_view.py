@@ -11,7 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from gpustack import output
+from gpustack.terminal import output
 from gpustack.upgrade.state import IN_PROGRESS, Transition, UpgradeRun, UpgradeState
 
 COLOUR = {

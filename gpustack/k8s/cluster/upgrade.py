@@ -14,13 +14,13 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from gpustack.cluster import gpu_resources
-from gpustack.cluster.connect import Cluster, call, check_reachable, connect, status_message
-from gpustack.cluster.gpu_resources import GPU_PREFIXES
-from gpustack.cluster.nodes import MERGE_PATCH, find_nodes, node_name_for
 from gpustack.errors import BadInput
+from gpustack.k8s.cluster import gpu_resources
+from gpustack.k8s.cluster.connect import Cluster, call, check_reachable, connect, status_message
+from gpustack.k8s.cluster.gpu_resources import GPU_PREFIXES
+from gpustack.k8s.cluster.nodes import MERGE_PATCH, find_nodes, node_name_for
 from gpustack.upgrade.backend import NodeCondition, StepFailed, StepOptions
-from gpustack.upgrade.runtime import Clock
+from gpustack.upgrade.executors import Clock
 from gpustack.upgrade.state import SKIP_LABEL, STATE_LABEL, UpgradeState
 
 ADMIN_ANNOTATION = "gpustack.io/driver-upgrade-initially-unschedulable"
@@ -97,7 +97,7 @@ class KubernetesBackend:
             "yes",
             "1",
         ):
-            from gpustack.manifests import config_from_inventory
+            from gpustack.k8s.manifests import config_from_inventory
 
             config = config_from_inventory(inventory, extravars or {})
             try:  # the pod runs in gpustack's namespace: only where gpustack installed it
@@ -291,8 +291,8 @@ class KubernetesBackend:
         return note + "; " + self._verify_pod(name, gpus, clock, opts, start)
 
     def _verify_pod(self, host, gpus, clock, opts, start) -> str:
-        from gpustack.cluster.pods import pod_name, run_pods
-        from gpustack.manifests import render_verify_pod
+        from gpustack.k8s.cluster.pods import pod_name, run_pods
+        from gpustack.k8s.manifests import render_verify_pod
 
         node = self.node_names[host]
         node_obj = self._node(host)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpustack import converged
+from gpustack.ansible.results import HostResult, RunResult
 from gpustack.commands import play as _play
-from gpustack.results import HostResult, RunResult
+from gpustack.fleet import converged
 
 PROBE_FACTS = ("gpustack_converged_probe", "gpustack_converged_desired", "gpustack_runtime_loaded")
 

@@ -8,9 +8,9 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from gpustack.fleet import NodeStatus
-from gpustack.output import stdout
-from gpustack.plan_summary import HostPlan
+from gpustack.fleet.plan_summary import HostPlan
+from gpustack.fleet.status import NodeStatus
+from gpustack.terminal.output import stdout
 
 
 def _k(value) -> str:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpustack.ansible.inventory import Inventory, resolved_vars
 from gpustack.errors import BadInput
-from gpustack.inventory import Inventory, resolved_vars
-from gpustack.manifests_config import VAR_PREFIX
+from gpustack.k8s.manifests_config import VAR_PREFIX
 
 
 def inventory_k8s_vars(

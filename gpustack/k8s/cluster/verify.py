@@ -23,12 +23,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from gpustack import doctor
-from gpustack.cluster import gfd, gpu_resources, metrics
-from gpustack.cluster.checks import FAILED, PASSED, SKIPPED, NodeReport
-from gpustack.cluster.connect import Clock, Cluster
-from gpustack.cluster.pods import POLL_SECONDS, pod_name, run_pods
-from gpustack.manifests import ClusterConfig, render_verify_pod
+from gpustack.fleet import doctor
+from gpustack.k8s.cluster import gfd, gpu_resources, metrics
+from gpustack.k8s.cluster.checks import FAILED, PASSED, SKIPPED, NodeReport
+from gpustack.k8s.cluster.connect import Clock, Cluster
+from gpustack.k8s.cluster.pods import POLL_SECONDS, pod_name, run_pods
+from gpustack.k8s.manifests import ClusterConfig, render_verify_pod
 
 
 @dataclass

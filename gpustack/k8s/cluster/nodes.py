@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from gpustack.cluster.connect import FIELD_MANAGER, Cluster, call
+from gpustack.k8s.cluster.connect import FIELD_MANAGER, Cluster, call
 
 NODE_NAME_VAR = "k8s_node_name"
 # Which label keys gpustack set on a node: uninstall removes exactly these (user labels stay).

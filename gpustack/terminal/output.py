@@ -12,9 +12,10 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from gpustack import credentials, doctor
+from gpustack import credentials
+from gpustack.ansible.results import RunResult, RunTracker, host_to_dict
 from gpustack.errors import BadInput, GpustackError
-from gpustack.results import RunResult, RunTracker, host_to_dict
+from gpustack.fleet import doctor
 
 
 def _console(stderr: bool = False) -> Console:

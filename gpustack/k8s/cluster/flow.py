@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gpustack.cluster import apply, gfd, nodes
-from gpustack.cluster.connect import Clock, Cluster, check_reachable, connect
-from gpustack.cluster.verify import NodeReport, Target, verify
-from gpustack.manifests import ClusterConfig, config_from_inventory, node_labels, render
-from gpustack.results import RunResult
+from gpustack.ansible.results import RunResult
+from gpustack.k8s.cluster import apply, gfd, nodes
+from gpustack.k8s.cluster.connect import Clock, Cluster, check_reachable, connect
+from gpustack.k8s.cluster.verify import NodeReport, Target, verify
+from gpustack.k8s.manifests import ClusterConfig, config_from_inventory, node_labels, render
 
 
 @dataclass

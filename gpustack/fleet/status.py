@@ -15,8 +15,9 @@ from typing import Any
 
 import yaml
 
-from gpustack import doctor, paths
+from gpustack import paths
 from gpustack.errors import BadInput
+from gpustack.fleet import doctor
 
 UNSET = ""
 

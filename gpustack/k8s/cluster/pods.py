@@ -13,8 +13,8 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from gpustack.cluster.connect import Clock, Cluster, call, status_message
 from gpustack.errors import GpustackError
+from gpustack.k8s.cluster.connect import Clock, Cluster, call, status_message
 
 RUN_LABEL = "gpustack.io/verify-run"
 POLL_SECONDS = 1.0

@@ -12,7 +12,7 @@ import gc
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from gpustack.cluster import flow, gfd, nodes
+from gpustack.k8s.cluster import flow, gfd, nodes
 
 UPGRADE_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
 DEVICE_PLUGIN_SELECTOR = (

@@ -13,9 +13,9 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from gpustack.cluster.connect import FIELD_MANAGER, Clock, Cluster, call, status_message
 from gpustack.errors import GpustackError
-from gpustack.manifests import COMMON_LABELS, MANAGED_LABEL
+from gpustack.k8s.cluster.connect import FIELD_MANAGER, Clock, Cluster, call, status_message
+from gpustack.k8s.manifests import COMMON_LABELS, MANAGED_LABEL
 
 SERVICEMONITOR_CRD = "servicemonitors.monitoring.coreos.com"
 MANAGED_SELECTOR = f"{MANAGED_LABEL}={COMMON_LABELS[MANAGED_LABEL]}"

@@ -13,10 +13,10 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from gpustack.cluster.checks import FAILED, PASSED, SKIPPED, NodeReport
-from gpustack.cluster.connect import Clock, Cluster, status_message
 from gpustack.errors import GpustackError
-from gpustack.manifests import ClusterConfig
+from gpustack.k8s.cluster.checks import FAILED, PASSED, SKIPPED, NodeReport
+from gpustack.k8s.cluster.connect import Clock, Cluster, status_message
+from gpustack.k8s.manifests import ClusterConfig
 
 NFD_API = "/apis/nfd.k8s-sigs.io/v1alpha1"
 NFD_RESOURCE = "nodefeatures.nfd.k8s-sigs.io"

@@ -6,9 +6,9 @@ import re
 
 from kubernetes.client.exceptions import ApiException
 
-from gpustack.cluster.checks import FAILED, PASSED, NodeReport
-from gpustack.cluster.connect import Cluster, status_message
-from gpustack.manifests import METRICS_PORT, ClusterConfig
+from gpustack.k8s.cluster.checks import FAILED, PASSED, NodeReport
+from gpustack.k8s.cluster.connect import Cluster, status_message
+from gpustack.k8s.manifests import METRICS_PORT, ClusterConfig
 
 _SAMPLE = re.compile(
     r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)"

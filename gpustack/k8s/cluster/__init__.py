@@ -5,5 +5,5 @@ nodes    inventory hosts ↔ Node objects, gpustack's node labels (recorded for 
 apply    server-side apply (field manager `gpustack`), DaemonSet readiness, removal by label
 verify   per-node checks: GPUs, capacity, verification pods, dcgm-exporter metrics
 flow     install / verify / uninstall phases in the GPU Operator's order
-report   the per-node table
+(its per-node table is printed by gpustack/terminal/cluster_report.py)
 """

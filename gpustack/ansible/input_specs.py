@@ -14,9 +14,9 @@ from typing import Any
 import yaml
 
 from gpustack import paths
-from gpustack.config import check_extra_vars
+from gpustack.ansible.input_formats import check_extra_vars
+from gpustack.ansible.inventory import resolved_vars
 from gpustack.errors import BadInput
-from gpustack.inventory import resolved_vars
 
 _BOOL = ("true", "false", "yes", "no", "1", "0", "on", "off", "y", "n")
 

@@ -22,7 +22,7 @@ from typing import Any
 import ansible_runner
 
 from gpustack import credentials, paths
-from gpustack.results import RunResult, RunTracker
+from gpustack.ansible.results import RunResult, RunTracker
 
 KEEP_RUNS = 20
 RUN_MIN_AGE_S = 24 * 3600  # a run directory this young may belong to a run still going
@@ -132,12 +132,12 @@ def _secret_vars(data_dir: Path, variables: dict) -> tuple[dict, Path | None]:
 
 
 def _guard(data_dir: Path, playbook: Path) -> Path:
-    """ansible-playbook under gpustack.childguard, so it dies with this process (SIGKILL too).
+    """ansible-playbook under childguard.py, so it dies with this process (SIGKILL too).
     ansible-runner passes every option to a custom binary but not the playbook: the shim adds it."""
     shim = data_dir / "ansible-playbook-guarded"
     shim.write_text(
-        f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m gpustack.childguard ansible-playbook "
-        f'"$@" {shlex.quote(str(playbook))}\n',
+        f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -m gpustack.ansible.childguard "
+        f'ansible-playbook "$@" {shlex.quote(str(playbook))}\n',
         encoding="utf-8",
     )
     shim.chmod(0o755)

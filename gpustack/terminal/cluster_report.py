@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.markup import escape
 from rich.table import Table
 
-from gpustack import output
-from gpustack.cluster.flow import ClusterReport
+from gpustack.k8s.cluster.flow import ClusterReport
+from gpustack.terminal import output
 
 CELL = {"passed": "[green]ok[/]", "failed": "[red]failed[/]", "skipped": "[yellow]skipped[/]"}
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpustack.ansible.results import RunResult
 from gpustack.errors import BadInput
-from gpustack.results import RunResult
 
 
 @dataclass
