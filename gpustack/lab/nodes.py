@@ -1,73 +1,24 @@
 """A local lab of podman systemd "nodes" reachable by SSH, to run gpustack against for real.
 
-Node images are built once with debootstrap and cached as podman images; every node
-bind-mounts one shared apt archive cache. No GPU is required or faked.
+Node images come from images.py (debootstrap, cached); every node bind-mounts one shared apt
+archive cache. No GPU is required or faked.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
 import json
 import os
 import shutil
 import socket
-import subprocess
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from gpustack.errors import BadInput, LabError
+from gpustack.lab.images import OS_SPECS, apt_cache_dir, ensure_image, image_name, parse_os_list
+from gpustack.lab.podman import LABEL, oci_runtime, preconditions, run
 
-DEBIAN_MIRROR = "http://deb.debian.org/debian"
-SECURITY_MIRROR = "http://deb.debian.org/debian-security"
-PACKAGES = [
-    "python3",
-    "python3-apt",
-    "systemd",
-    "systemd-sysv",
-    "dbus",
-    "ca-certificates",
-    "gnupg",
-    "kmod",
-    "pciutils",
-    "openssh-server",
-    "sudo",
-    "procps",
-]
 ULIMITS = ["--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]
-CGROUP_ROOT = "/sys/fs/cgroup"
-LABEL = "io.gpustack.lab"
-INIT_CGROUP2 = "/usr/local/sbin/gpustack-lab-init"
-
-
-@dataclass(frozen=True)
-class OsSpec:
-    key: str
-    suite: str
-    security_suite: str | None
-    updates: bool
-    script: str | None = None  # debootstrap script when the suite name is unknown to it
-    check_valid_until: bool = True
-    # systemd >= 258 refuses the cgroup v1 hierarchy podman gives on a cgroup v1 host.
-    cgroup2: bool = False
-
-    @property
-    def init(self) -> str:
-        return INIT_CGROUP2 if self.cgroup2 else "/sbin/init"
-
-
-OS_SPECS = {
-    "debian12": OsSpec("debian12", "bookworm", "bookworm-security", True),
-    "debian13": OsSpec("debian13", "trixie", "trixie-security", True),
-    # Debian testing: bookworm's debootstrap has no `forky` script; sid's works. Its Release
-    # files may be past Valid-Until on snapshot-like mirrors, so apt is told not to check.
-    "forky": OsSpec(
-        "forky", "forky", None, False, script="sid", check_valid_until=False, cgroup2=True
-    ),
-}
 
 
 @dataclass
@@ -83,248 +34,6 @@ def _home() -> Path:
         os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "gpustack", "lab"
     )
     return Path(base)
-
-
-def _cache() -> Path:
-    base = os.environ.get("GPUSTACK_LAB_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gpustack"
-    )
-    return Path(base)
-
-
-def apt_cache_dir() -> Path:
-    path = _cache() / "apt-archives"
-    (path / "partial").mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def _mirror() -> str:
-    return os.environ.get("GPUSTACK_LAB_MIRROR", DEBIAN_MIRROR).rstrip("/")
-
-
-def _security_mirror() -> str:
-    return os.environ.get("GPUSTACK_LAB_SECURITY_MIRROR", SECURITY_MIRROR).rstrip("/")
-
-
-def parse_os_list(text: str) -> list[OsSpec]:
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    unknown = [n for n in names if n not in OS_SPECS]
-    if not names or unknown:
-        raise BadInput(
-            f"unknown --os {', '.join(unknown) or text!r}",
-            f"choose from {', '.join(OS_SPECS)} (comma-separated to mix)",
-        )
-    return [OS_SPECS[n] for n in names]
-
-
-def _run(
-    args: list[str], check: bool = True, input_: bytes | None = None, timeout: float | None = None
-) -> subprocess.CompletedProcess:
-    try:
-        proc = subprocess.run(args, capture_output=True, input=input_, timeout=timeout)
-    except FileNotFoundError:
-        raise LabError(
-            f"{args[0]} is not installed", "apt-get install podman debootstrap openssh-client"
-        ) from None
-    except subprocess.TimeoutExpired:
-        raise LabError(
-            f"`{' '.join(args[:3])}` timed out", "retry; check the machine's load"
-        ) from None
-    if check and proc.returncode != 0:
-        err = (proc.stderr or proc.stdout).decode(errors="replace").strip().splitlines()
-        raise LabError(
-            f"`{' '.join(args[:4])} …` failed: {err[-1] if err else proc.returncode}",
-            "see the command's output above; `podman ps -a` shows the nodes",
-        )
-    return proc
-
-
-def _preconditions() -> None:
-    if os.geteuid() != 0:
-        raise LabError(
-            "the lab needs root (privileged podman containers, debootstrap)",
-            "run it as root, e.g. with sudo",
-        )
-    for tool in ("podman", "debootstrap", "ssh", "ssh-keygen"):
-        if not shutil.which(tool):
-            raise LabError(
-                f"{tool} is not installed", "apt-get install podman debootstrap openssh-client"
-            )
-
-
-def recipe_hash(spec: OsSpec) -> str:
-    """Changes whenever the image recipe changes, so a stale cached image is rebuilt."""
-    text = json.dumps(
-        [asdict(spec), PACKAGES, _mirror(), _security_mirror(), _configure_script(spec)]
-    )
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def image_name(spec: OsSpec) -> str:
-    return f"localhost/gpustack-node:{spec.key}-{recipe_hash(spec)}"
-
-
-def _sources(spec: OsSpec) -> str:
-    suites = [spec.suite] + ([f"{spec.suite}-updates"] if spec.updates else [])
-    text = (
-        f"Types: deb\nURIs: {_mirror()}\nSuites: {' '.join(suites)}\nComponents: main\n"
-        "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
-    )
-    if spec.security_suite:
-        text += (
-            f"\nTypes: deb\nURIs: {_security_mirror()}\nSuites: {spec.security_suite}\n"
-            "Components: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
-        )
-    return text
-
-
-def _configure_script(spec: OsSpec) -> str:
-    """Shell run inside the debootstrapped root: SSH host keys at boot, apt settings."""
-    apt_conf = (
-        'APT::Keep-Downloaded-Packages "true";\n'
-        'Binary::apt::APT::Keep-Downloaded-Packages "true";\n'
-    )
-    if not spec.check_valid_until:
-        apt_conf += 'Acquire::Check-Valid-Until "false";\n'
-    return f"""set -e
-rm -f /etc/apt/sources.list /etc/ssh/ssh_host_*
-cat > /etc/apt/sources.list.d/debian.sources <<'EOS'
-{_sources(spec)}EOS
-cat > /etc/apt/apt.conf.d/90gpustack-lab <<'EOS'
-{apt_conf}EOS
-cat > {INIT_CGROUP2} <<'EOS'
-#!/bin/sh
-# Lab nodes only: give systemd a cgroup2 hierarchy when the host offers cgroup v1.
-if [ "$(stat -f -c %T /sys/fs/cgroup)" != cgroup2fs ]; then
-    umount -R /sys/fs/cgroup && mount -t cgroup2 cgroup2 /sys/fs/cgroup
-fi
-exec /sbin/init "$@"
-EOS
-chmod 755 {INIT_CGROUP2}
-# Nodes share one apt archive cache, and apt-get gives up at once on an archive lock held by
-# another node: make apt-get wait for its turn (lab only).
-dpkg-divert --local --rename --add /usr/bin/apt-get
-cat > /usr/bin/apt-get <<'EOS'
-#!/bin/sh
-exec flock /var/cache/apt/archives/.gpustack-lab.lock /usr/bin/apt-get.distrib "$@"
-EOS
-chmod 755 /usr/bin/apt-get
-mkdir -p /etc/systemd/system/ssh.service.d /root/.ssh
-chmod 700 /root/.ssh
-cat > /etc/systemd/system/ssh.service.d/10-hostkeys.conf <<'EOS'
-[Service]
-ExecStartPre=
-ExecStartPre=/usr/bin/ssh-keygen -A
-ExecStartPre=/usr/sbin/sshd -t
-EOS
-: > /etc/machine-id
-rm -f /etc/hostname
-apt-get clean
-rm -rf /var/lib/apt/lists/*
-"""
-
-
-@contextlib.contextmanager
-def _lock(name: str):
-    path = _cache() / f"{name}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def ensure_image(spec: OsSpec, log=print) -> str:
-    """Build the node image for `spec` once; later calls find it in podman's store."""
-    image = image_name(spec)
-    with _lock(f"image-{spec.key}"):
-        if _run(["podman", "image", "exists", image], check=False).returncode == 0:
-            return image
-        log(f"Building node image {image} with debootstrap (about a minute)…")
-        with tempfile.TemporaryDirectory(
-            prefix=f"gpustack-{spec.key}-", dir=os.environ.get("GPUSTACK_LAB_BUILD_DIR")
-        ) as tmp:
-            root = Path(tmp) / "rootfs"
-            cmd = [
-                "debootstrap",
-                "--variant=minbase",
-                f"--include={','.join(PACKAGES)}",
-                f"--cache-dir={apt_cache_dir()}",
-                spec.suite,
-                str(root),
-                _mirror(),
-            ]
-            if spec.script:
-                cmd.append(f"/usr/share/debootstrap/scripts/{spec.script}")
-            _run(cmd, timeout=1800)
-            _run(["chroot", str(root), "/bin/sh", "-c", _configure_script(spec)])
-            tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
-            try:
-                proc = subprocess.run(
-                    [
-                        "podman",
-                        "import",
-                        "--change",
-                        "CMD=/sbin/init",
-                        "--change",
-                        f"LABEL {LABEL}.recipe={recipe_hash(spec)}",
-                        "-",
-                        image,
-                    ],
-                    stdin=tar.stdout,
-                    capture_output=True,
-                )
-            finally:
-                tar.stdout.close()
-                tar.wait()
-            if proc.returncode != 0:
-                raise LabError(
-                    f"podman import failed: {proc.stderr.decode().strip()}",
-                    "check podman's storage (`podman info`)",
-                )
-        _remove_stale_images(spec, image)
-    return image
-
-
-def _remove_stale_images(spec: OsSpec, keep: str) -> None:
-    """Images of an older recipe for the same OS are dead weight: drop them (if unused)."""
-    listed = _run(["podman", "images", "--format", "{{.Repository}}:{{.Tag}}",
-                   "localhost/gpustack-node"], check=False)  # fmt: skip
-    for ref in listed.stdout.decode().split():
-        if ref.startswith(f"localhost/gpustack-node:{spec.key}-") and ref != keep:
-            _run(["podman", "rmi", ref], check=False)
-
-
-def cgroup_layout(root: str = CGROUP_ROOT) -> str:
-    """'v2' (unified), 'hybrid' (v1 with controllers also on cgroup2) or 'v1'."""
-    base = Path(root)
-    if (base / "cgroup.controllers").exists():
-        return "v2"
-    try:
-        unified = (base / "unified" / "cgroup.controllers").read_text().split()
-    except OSError:
-        return "v1"
-    return "hybrid" if unified else "v1"
-
-
-def oci_runtime(root: str = CGROUP_ROOT) -> str | None:
-    """The OCI runtime lab nodes need here, or None for podman's default.
-
-    crun (podman's default on Debian 12) refuses every container on a hybrid hierarchy
-    ("cgroups in hybrid mode not supported, drop all controllers from cgroupv2"); runc starts
-    systemd nodes there. GPUSTACK_LAB_OCI_RUNTIME overrides the choice.
-    """
-    chosen = os.environ.get("GPUSTACK_LAB_OCI_RUNTIME") or (
-        "runc" if cgroup_layout(root) == "hybrid" else None
-    )
-    if chosen and not shutil.which(chosen):
-        raise LabError(
-            f"this machine's cgroup layout needs the {chosen} OCI runtime, which is not installed",
-            f"apt-get install {chosen} (./scripts/setup.sh installs it)",
-        )
-    return chosen
 
 
 def _free_port() -> int:
@@ -349,7 +58,7 @@ def _load_state(name: str) -> dict:
 
 
 def _container_info(container: str) -> dict | None:
-    proc = _run(["podman", "container", "inspect", container], check=False)
+    proc = run(["podman", "container", "inspect", container], check=False)
     if proc.returncode != 0:
         return None
     data = json.loads(proc.stdout or b"[]")
@@ -381,7 +90,7 @@ def _wait_for_ssh(node: Node, key: Path, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     last = ""
     while time.monotonic() < deadline:
-        proc = _run([*_ssh_args(key, node.port), "true"], check=False, timeout=30)
+        proc = run([*_ssh_args(key, node.port), "true"], check=False, timeout=30)
         if proc.returncode == 0:
             return
         last = proc.stderr.decode(errors="replace").strip()
@@ -393,10 +102,10 @@ def _wait_for_ssh(node: Node, key: Path, timeout: float = 120) -> None:
 
 
 def _start_node(node: Node, image: str, key: Path, init: str) -> None:
-    _run(["podman", "rm", "-f", "-i", node.container])
+    run(["podman", "rm", "-f", "-i", node.container])
     runtime = oci_runtime()
     # fmt: off
-    _run(["podman", *(["--runtime", runtime] if runtime else []),
+    run(["podman", *(["--runtime", runtime] if runtime else []),
           "run", "-d", "--name", node.container, "--hostname", node.name,
           "--label", f"{LABEL}={node.container.split('-node')[0]}",
           "--systemd=always", "--privileged", *ULIMITS,
@@ -415,7 +124,7 @@ def _reuse_node(node: Node, image: str) -> bool:
     if (info.get("State") or {}).get("Status") == "running":
         return True
     # Nodes of an earlier run may be exited or in an unknown state: try a restart first.
-    return _run(["podman", "start", node.container], check=False).returncode == 0
+    return run(["podman", "start", node.container], check=False).returncode == 0
 
 
 def write_inventory(path: Path, lab: str, nodes: list[Node], key: Path) -> None:
@@ -447,12 +156,12 @@ def up(name: str, count: int, os_list: str, inventory: str | None, log=print) ->
     specs = parse_os_list(os_list)
     if not name.replace("-", "").isalnum():
         raise BadInput(f"lab name {name!r} is not usable", "use letters, digits and -")
-    _preconditions()
+    preconditions()
     lab_dir = _lab_dir(name)
     lab_dir.mkdir(parents=True, exist_ok=True)
     key = lab_dir / "id_ed25519"
     if not key.exists():
-        _run(
+        run(
             [
                 "ssh-keygen",
                 "-q",
@@ -483,7 +192,7 @@ def up(name: str, count: int, os_list: str, inventory: str | None, log=print) ->
         _start_node(node, images[spec.key], key, spec.init)
         nodes.append(node)
     for stale in set(old_nodes) - {n.name for n in nodes}:
-        _run(["podman", "rm", "-f", "-i", old_nodes[stale].container], check=False)
+        run(["podman", "rm", "-f", "-i", old_nodes[stale].container], check=False)
     for node in nodes:
         _wait_for_ssh(node, key)
     write_inventory(inv_path, name, nodes, key)
@@ -495,10 +204,10 @@ def up(name: str, count: int, os_list: str, inventory: str | None, log=print) ->
 
 def down(name: str, images: bool = False) -> None:
     """Remove the lab's containers, key, state and inventory (images stay unless asked)."""
-    _preconditions()
+    preconditions()
     state = _load_state(name)
     containers = {n["container"] for n in state.get("nodes", [])}
-    listed = _run(
+    listed = run(
         [
             "podman",
             "ps",
@@ -512,14 +221,14 @@ def down(name: str, images: bool = False) -> None:
     )
     containers |= set(listed.stdout.decode().split())
     for container in sorted(containers):
-        _run(["podman", "rm", "-f", "-i", "-t", "5", container])
+        run(["podman", "rm", "-f", "-i", "-t", "5", container])
     inventory = state.get("inventory")
     if inventory:
         Path(inventory).unlink(missing_ok=True)
     shutil.rmtree(_lab_dir(name), ignore_errors=True)
     if images:
         for spec in OS_SPECS.values():
-            _run(["podman", "rmi", "-f", "-i", image_name(spec)], check=False)
+            run(["podman", "rmi", "-f", "-i", image_name(spec)], check=False)
 
 
 def list_labs() -> list[str]:

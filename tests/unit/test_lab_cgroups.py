@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from gpustack.errors import LabError
-from gpustack.lab import nodes as lab
+from gpustack.lab import podman as lab
 
 
 def _tree(tmp_path: Path, layout: str) -> str:
