@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from gpustack import credentials
+from gpustack.driver_version import on_branch
 from gpustack.errors import BadInput
 
 _VERSION = re.compile(r"^([0-9]+:)?[0-9]+(\.[0-9]+)+([-+~.][0-9A-Za-z.+~-]*)?$")
@@ -69,9 +70,7 @@ def check_extra_vars(extravars: dict[str, Any], where: str = "-e") -> None:
     if (
         inputs.nvidia_driver_version
         and inputs.nvidia_driver_branch
-        and not re.sub(r"^[0-9]+:", "", inputs.nvidia_driver_version).startswith(
-            inputs.nvidia_driver_branch + "."
-        )
+        and not on_branch(inputs.nvidia_driver_version, inputs.nvidia_driver_branch)
     ):
         raise BadInput(
             f"nvidia_driver_version {inputs.nvidia_driver_version} is not on branch "

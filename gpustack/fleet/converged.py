@@ -11,7 +11,6 @@ full play on this host": the fast path may only ever be more conservative than a
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import re
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from gpustack import __version__, credentials, paths
+from gpustack import __version__, credentials, driver_version, paths
 
 # The host roles of playbooks/site.yml that record a stamp, in lifecycle order.
 HOST_ROLES = ("nvidia_driver", "nvidia_container_toolkit", "container_runtime")
@@ -113,34 +112,19 @@ def fact_subset(preflight: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-@cache
-def _driver_filters():
-    """The nvidia_driver role's own version resolution (loaded from its filter plugin)."""
-    path = paths.roles_dir() / "nvidia_driver/filter_plugins/nvidia_driver.py"
-    spec = importlib.util.spec_from_file_location("gpustack_nvidia_driver_filters", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
 def newest(resolve: dict[str, Any], available: list[str]) -> str | None:
     """The version a full run would pick now when no exact version is set (None: no pick)."""
     kind = resolve.get("kind")
     if kind == "toolkit":  # the role takes madison's first line
         return available[0] if available else None
     if kind == "driver":
-        filters = _driver_filters()
-        try:
-            return filters.resolve_version(
+        try:  # the same resolution as the role's filter plugin (gpustack/driver_version.py)
+            return driver_version.resolve(
                 available, resolve.get("branch") or "", "", resolve.get("source") or ""
             )
-        except filters.AnsibleFilterError:
+        except driver_version.VersionError:
             return None
     return None
-
-
-def _upstream(version: str) -> str:
-    return _driver_filters().upstream_version(version)
 
 
 @dataclass
@@ -205,7 +189,7 @@ def _role_reasons(role, entry, preflight, resolved, content, lists_age) -> list[
         require = str(resolved.get("gpustack_require_gpu", False)).lower() in ("1", "true", "yes")
         gpus = int((preflight.get("gpus") or {}).get("count") or 0)
         loaded = ((preflight.get("driver") or {}).get("loaded_version")) or ""
-        if (gpus or require) and loaded != _upstream(resolve.get("target") or ""):
+        if (gpus or require) and loaded != driver_version.upstream_version(resolve.get("target")):
             reasons.append(
                 f"{role}: loaded driver {loaded or 'none'} is not {resolve.get('target')} "
                 "(reload or reboot pending)"

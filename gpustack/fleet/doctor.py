@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpustack.driver_version import loaded_is_installed
+
 SUPPORTED_FAMILIES = ("Debian", "RedHat")
 
 
@@ -39,7 +41,7 @@ def driver_state(pf: dict[str, Any]) -> str:
     loaded = driver.get("loaded_version")
     gpus = (pf.get("gpus") or {}).get("count", 0)
     if loaded:
-        if installed and not installed.startswith(loaded) and loaded not in installed:
+        if installed and not loaded_is_installed(installed, loaded):
             return f"installed {installed}, loaded {loaded}: reboot required"
         return f"loaded {loaded}"
     if installed:

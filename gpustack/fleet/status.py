@@ -7,7 +7,6 @@ upgrade state; output is one row per node with a list naming every desired/actua
 
 from __future__ import annotations
 
-import re
 from dataclasses import asdict, dataclass, field
 from functools import cache
 from pathlib import Path
@@ -16,6 +15,12 @@ from typing import Any
 import yaml
 
 from gpustack import paths
+from gpustack.driver_version import (
+    branch_of,
+    loaded_is_installed,
+    on_branch,
+    same_version,
+)
 from gpustack.errors import BadInput
 from gpustack.fleet import doctor
 
@@ -29,17 +34,6 @@ def role_defaults() -> dict[str, Any]:
     for path in sorted(paths.roles_dir().glob("*/defaults/main.yml")):
         merged.update(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
     return merged
-
-
-def upstream(version: str | None) -> str:
-    """535.309.01-0+deb12u1 -> 535.309.01 (no epoch, no packaging revision)."""
-    if not version:
-        return ""
-    return re.sub(r"^[0-9]+:", "", str(version)).split("-")[0]
-
-
-def _bare(version: str | None) -> str:
-    return re.sub(r"^[0-9]+:", "", str(version or ""))
 
 
 def _bool(value: Any) -> bool:
@@ -57,7 +51,7 @@ class DriverDesired:
     def describe(self) -> str:
         if self.version:
             return self.version
-        if self.pinned and (not self.branch or upstream(self.pinned).startswith(self.branch + ".")):
+        if self.pinned and (not self.branch or on_branch(self.pinned, self.branch)):
             return f"{self.pinned} (pinned)"
         return f"newest of {self.branch}" if self.branch else "newest available"
 
@@ -66,7 +60,7 @@ def desired_driver(inputs: dict[str, Any], pinned: str | None) -> DriverDesired:
     version = str(inputs.get("nvidia_driver_version") or "").strip()
     branch = str(inputs.get("nvidia_driver_branch") or "").strip()
     if not branch and version:
-        branch = upstream(version).split(".")[0]
+        branch = branch_of(version)
     if not branch and inputs.get("nvidia_driver_source") != "distro":
         branch = str(inputs.get("nvidia_driver_default_branch") or "").strip()
     return DriverDesired(version=version, branch=branch, pinned=pinned or "")
@@ -137,11 +131,11 @@ def node_status(
     if not installed:
         drift.append(f"driver not installed (desired {want.describe()})")
     else:
-        if want.version and _bare(installed) != _bare(want.version):
+        if want.version and not same_version(installed, want.version):
             drift.append(f"driver installed {installed}, desired {want.version}")
-        elif want.branch and not upstream(installed).startswith(want.branch + "."):
+        elif want.branch and not on_branch(installed, want.branch):
             drift.append(f"driver installed {installed}, desired branch {want.branch}")
-        elif not want.version and want.pinned and _bare(installed) != _bare(want.pinned):
+        elif not want.version and want.pinned and not same_version(installed, want.pinned):
             drift.append(f"driver installed {installed}, pinned {want.pinned}")
         if not held:
             drift.append(f"driver package {installed_pkg} not held")
@@ -151,7 +145,7 @@ def node_status(
                 drift.append(f"companion {name} {entry['installed']}: {entry['problem']}")
         if row.gpu_count and not loaded:
             drift.append(f"driver {installed} not loaded")
-        elif loaded and loaded != upstream(installed):
+        elif loaded and not loaded_is_installed(installed, loaded):
             drift.append(f"driver loaded {loaded}, installed {installed}: reboot required")
             row.reboot_required = True
 
@@ -168,9 +162,9 @@ def node_status(
     if not tk_installed:
         drift.append("toolkit not installed")
     else:
-        if tk_version and _bare(tk_installed) != _bare(tk_version):
+        if tk_version and not same_version(tk_installed, tk_version):
             drift.append(f"toolkit installed {tk_installed}, desired {tk_version}")
-        elif not tk_version and tk_pinned and _bare(tk_installed) != _bare(tk_pinned):
+        elif not tk_version and tk_pinned and not same_version(tk_installed, tk_pinned):
             drift.append(f"toolkit installed {tk_installed}, pinned {tk_pinned}")
         if not row.toolkit["held"]:
             drift.append("toolkit packages not held")
@@ -218,7 +212,7 @@ def companions(driver_installed: str, st_driver: dict[str, Any]) -> dict[str, di
     packages = st_driver.get("packages") or {}
     pinned = st_driver.get("pins") or {}
     held = set(st_driver.get("held") or [])
-    branch = upstream(driver_installed).split(".")[0]
+    branch = branch_of(driver_installed)
     found: dict[str, dict[str, Any]] = {}
     for name in COMPANIONS:
         version = packages.get(name)
@@ -226,11 +220,11 @@ def companions(driver_installed: str, st_driver: dict[str, Any]) -> dict[str, di
             continue
         pin = pinned.get(name)
         problem = ""
-        if upstream(version).split(".")[0] != branch:
+        if branch_of(version) != branch:
             problem = f"not of the driver's branch {branch}"
         elif not pin:
             problem = f"not pinned with driver {driver_installed}"
-        elif _bare(pin) != _bare(version):
+        elif not same_version(pin, version):
             problem = f"pinned {pin} (released with the driver)"
         elif name not in held:
             problem = "not held"
