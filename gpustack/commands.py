@@ -3,110 +3,25 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpustack import credentials
+from gpustack.ansible import playbook
 from gpustack.ansible.extravars import parse_extra_vars
 from gpustack.ansible.input_formats import check_extra_vars
-from gpustack.ansible.input_specs import check_host_vars, check_inputs
 from gpustack.ansible.inventory import load_inventory
+from gpustack.ansible.invocation import OUTPUTS, HostOptions, check_writable, validate
 from gpustack.ansible.results import RunResult
 from gpustack.errors import BadInput, ExitCode
 from gpustack.fleet import doctor
 from gpustack.terminal import output
 
-OUTPUTS = ("text", "json")
-
-
-@dataclass
-class HostOptions:
-    """Options shared by every command that runs on hosts."""
-
-    inventory: str
-    limit: str | None = None
-    extra_vars: list[str] = field(default_factory=list)
-    tags: str = ""
-    skip_tags: str = ""
-    kubeconfig: str | None = None
-    output: str = "text"
-    report: str | None = None
-    verbose: int = 0
-    wait: bool = False  # commands that change hosts: wait for another run's host locks
-
-
-def _validate(opts: HostOptions, outputs: tuple[str, ...] = OUTPUTS):
-    """All input checks happen here, before anything runs on a host."""
-    if opts.output not in outputs:
-        raise BadInput(
-            f"unknown --output {opts.output!r}", f"use --output {' or --output '.join(outputs)}"
-        )
-    if opts.report:
-        _check_writable(opts.report)
-    # credentials from GPUSTACK_* environment variables (gpustack/credentials.py); -e wins
-    extravars = {**credentials.environment_inputs(), **parse_extra_vars(opts.extra_vars)}
-    check_inputs(extravars)
-    check_extra_vars(extravars)
-    inventory = load_inventory(opts.inventory, opts.limit)
-    check_host_vars(inventory, extravars)
-    kubeconfig = opts.kubeconfig or os.environ.get("KUBECONFIG")
-    if opts.kubeconfig and not Path(opts.kubeconfig).expanduser().is_file():
-        raise BadInput(
-            f"kubeconfig {opts.kubeconfig} does not exist",
-            "pass the path of a kubeconfig file, or leave --kubeconfig out",
-        )
-    return inventory, extravars, kubeconfig
-
-
-def _check_writable(report: str) -> None:
-    parent = Path(report).expanduser().resolve().parent
-    while not parent.exists():
-        parent = parent.parent
-    if Path(report).expanduser().is_dir() or not os.access(parent, os.W_OK):
-        raise BadInput(f"cannot write report {report}", "choose a writable file path for --report")
-
-
-def play(playbook: str, inventory, variables: dict, opts: HostOptions, title: str,
-         check=False, diff=False) -> RunResult:  # fmt: skip
-    """One playbook run with the live progress view."""
-    from gpustack.ansible import runner  # ansible-runner is imported only when hosts are contacted
-
-    spec = runner.build_run_spec(
-        playbook,
-        inventory,
-        variables,
-        tags=opts.tags,
-        skip_tags=opts.skip_tags,
-        check=check,
-        diff=diff,
-        verbosity=opts.verbose,
-    )
-    with output.LiveProgress(title, opts.verbose) as progress:
-        return runner.run_playbook(spec, on_update=progress.update)
-
-
-def host_locks(opts: HostOptions, inventory, check: bool = False):
-    """The host locks of a run that changes hosts (none for check mode); see gpustack/locks.py."""
-    import contextlib
-
-    from gpustack.ansible import locks
-
-    if check:
-        return contextlib.nullcontext()
-
-    def waiting(busy) -> None:
-        output.stderr.print(f"Waiting: {locks.refusal(busy).message}", soft_wrap=True)
-
-    return locks.hold(inventory, locks.command_line(), wait=opts.wait, on_wait=waiting)
-
 
 def _run(
-    opts: HostOptions, playbook: str, title: str, check=False, diff=False, validated=None
+    opts: HostOptions, playbook_name: str, title: str, check=False, diff=False, validated=None
 ) -> tuple:
-    inventory, extravars, kubeconfig = validated or _validate(opts)
-    result = play(playbook, inventory, extravars, opts, title, check, diff)
+    inventory, extravars, kubeconfig = validated or validate(opts)
+    result = playbook.play(playbook_name, inventory, extravars, opts, title, check, diff)
     return result, inventory, extravars, kubeconfig
 
 
@@ -136,9 +51,9 @@ def install(
     junit: str | None = None,
     full: bool = False,
 ) -> int:
-    validated = _validate(opts)
+    validated = validate(opts)
     if junit:
-        _check_writable(junit)
+        check_writable(junit)
     session = None
     if validated[2]:  # a kubeconfig: reach the cluster before any host is touched
         from gpustack.k8s.cluster import flow
@@ -148,7 +63,7 @@ def install(
 
     extra: dict = {"check_mode": check}
     k8s = None
-    with host_locks(opts, validated[0], check):
+    with playbook.host_locks(opts, validated.inventory, check):
         result = converged_run.run_site(opts, validated, "gpustack install", check, diff, full)
         if session and result.status != "canceled":
             k8s = flow.install(session, result, check=check)
@@ -164,9 +79,9 @@ def verify(opts: HostOptions, junit: str | None = None) -> int:
     """Read-only host facts, then the cluster: capacity, verification pods, metrics."""
     from gpustack.k8s.cluster import flow
 
-    validated = _validate(opts)
+    validated = validate(opts)
     if junit:
-        _check_writable(junit)
+        check_writable(junit)
     session = flow.prepare(validated[2], validated[0], validated[1], required=True)
     result, *_ = _run(opts, "verify.yml", "gpustack verify (read-only)", validated=validated)
     k8s = None
@@ -205,7 +120,7 @@ def plan(opts: HostOptions, full: bool = False) -> int:
     from gpustack.terminal import fleet_view
 
     title = "gpustack plan (check mode)"
-    result = converged_run.run_site(opts, _validate(opts), title, check=True, diff=True, full=full)
+    result = converged_run.run_site(opts, validate(opts), title, check=True, diff=True, full=full)
     plans = {name: plan_summary.summarize(host.changes) for name, host in result.hosts.items()}
     return _finish(
         "plan",
@@ -268,7 +183,7 @@ def status(opts: HostOptions) -> int:
     from gpustack.fleet import status as fleet
     from gpustack.terminal import fleet_view
 
-    validated = _validate(opts, (*OUTPUTS, "wide"))
+    validated = validate(opts, (*OUTPUTS, "wide"))
     inventory, extravars, kubeconfig = validated
     session = None
     if kubeconfig:  # reach the cluster before any host is contacted
@@ -313,7 +228,7 @@ def smoke(opts: HostOptions, image: str | None = None, capture: str | None = Non
     if capture:
         if Path(capture).expanduser().exists() and not Path(capture).expanduser().is_dir():
             raise BadInput(f"--capture {capture} is not a directory", "pass a directory path")
-        _check_writable(str(Path(capture).expanduser() / "x"))
+        check_writable(str(Path(capture).expanduser() / "x"))
     result, *_ = _run(opts, "smoke.yml", "gpustack smoke (read-only)")
     hosts = [checks.host_smoke(name, host.facts) for name, host in result.hosts.items()]
     extra: dict = {"smoke": {h.host: h.to_dict() for h in hosts}}
@@ -358,7 +273,7 @@ def uninstall(opts: HostOptions, components: str, yes: bool) -> int:
             f"unknown component(s) {', '.join(unknown) or components!r}",
             "choose from driver, toolkit, runtime, k8s (comma-separated)",
         )
-    validated = _validate(opts)
+    validated = validate(opts)
     inventory = validated[0]
     session = None
     if "k8s" in chosen:  # needs the cluster; reach it before asking or touching anything
@@ -398,7 +313,7 @@ def uninstall(opts: HostOptions, components: str, yes: bool) -> int:
         *opts.extra_vars,
         json.dumps({"gpustack_uninstall_components": host_components}),
     ]
-    with host_locks(opts, inventory):
+    with playbook.host_locks(opts, inventory):
         result, *_ = _run(opts, "uninstall.yml", "gpustack uninstall")
     return _finish("uninstall", opts, result, extra)
 

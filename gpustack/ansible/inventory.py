@@ -31,6 +31,10 @@ class Inventory:
     target_group: str
     hosts: list[str]
     hostvars: dict[str, dict[str, Any]] = field(default_factory=dict, compare=False)
+    # Ansible's InventoryManager of this file: parsed once per command, reused by resolved_vars
+    ansible: Any = field(default=None, compare=False, repr=False)
+    # {host: every variable as a play sees it}, filled on the first resolved_vars call
+    play_vars: dict[str, dict[str, Any]] = field(default_factory=dict, compare=False, repr=False)
 
 
 def _ansible_inventory_manager(path: Path):
@@ -105,7 +109,9 @@ def load_inventory(path: str | Path, limit: str | None = None) -> Inventory:
             )
         hosts = chosen
     hostvars = {h: dict(manager.get_host(h).get_vars()) for h in hosts}
-    return Inventory(path=inv_path, target_group=group, hosts=hosts, hostvars=hostvars)
+    return Inventory(
+        path=inv_path, target_group=group, hosts=hosts, hostvars=hostvars, ansible=manager
+    )
 
 
 _LIMIT_HINT = (
@@ -176,16 +182,23 @@ def plain(value: Any) -> Any:
 def resolved_vars(inventory: Inventory, keep: Callable[[str], bool]) -> dict[str, dict[str, Any]]:
     """{host: variables} of the target hosts as a play sees them ([all:vars], groups,
     group_vars/, host_vars/; Ansible's own VariableManager), only names `keep` accepts;
-    values are not templated."""
-    from ansible.vars.manager import VariableManager
+    values are not templated. The inventory is not parsed again (see Inventory.ansible), and
+    each host's variables are resolved once per command however many checks ask."""
+    missing = [name for name in inventory.hosts if name not in inventory.play_vars]
+    if missing:
+        from ansible.vars.manager import VariableManager
 
-    manager = _ansible_inventory_manager(inventory.path)
-    variables = VariableManager(loader=manager._loader, inventory=manager)
-    found: dict[str, dict[str, Any]] = {}
-    for name in inventory.hosts:
-        every = variables.get_vars(host=manager.get_host(name), include_hostvars=False)
-        found[name] = {k: plain(v) for k, v in every.items() if keep(k)}
-    return found
+        # An Inventory built by hand (tests) has no parsed manager yet: parse the file now.
+        manager = inventory.ansible or _ansible_inventory_manager(inventory.path)
+        variables = VariableManager(loader=manager._loader, inventory=manager)
+        for name in missing:
+            inventory.play_vars[name] = variables.get_vars(
+                host=manager.get_host(name), include_hostvars=False
+            )
+    return {
+        name: {k: plain(v) for k, v in inventory.play_vars[name].items() if keep(k)}
+        for name in inventory.hosts
+    }
 
 
 def local_inventory_text(node_name: str, python: str) -> str:

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from gpustack.ansible.playbook import play as _play
 from gpustack.ansible.results import HostResult, RunResult
-from gpustack.commands import play as _play
 from gpustack.fleet import converged
 
 PROBE_FACTS = ("gpustack_converged_probe", "gpustack_converged_desired", "gpustack_runtime_loaded")

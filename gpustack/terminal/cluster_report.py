@@ -51,7 +51,7 @@ def print_cluster(report: ClusterReport, verbose: int = 0) -> None:
             str(node.gpus),
             *[cells.get(name, "-") for name in names[1:]],
             "[green]passed[/]" if node.passed else "[red]FAILED[/]",
-            escape(output._one_line(note, 2000 if verbose else 160)),
+            escape(output.one_line(note, 2000 if verbose else 160)),
         )
     out.print(table)
     bad = sum(1 for n in report.nodes if not n.passed)

@@ -157,7 +157,7 @@ def print_run(result: RunResult, verbose: int = 0) -> None:
             str(host.changed),
             str(host.failed),
             str(host.skipped),
-            escape(_one_line(credentials.scrub(note), 160 if not verbose else 2000)),
+            escape(one_line(credentials.scrub(note), 160 if not verbose else 2000)),
         )
     stdout.print(table)
     for host in result.hosts.values():  # said plainly: gpustack repaired the host's dpkg
@@ -264,6 +264,6 @@ def _os_label(osinfo: dict[str, Any]) -> str:
     return f"{osinfo.get('id', '?')} {osinfo.get('version_id') or osinfo.get('codename', '')}"
 
 
-def _one_line(text: str, width: int) -> str:
+def one_line(text: str, width: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"

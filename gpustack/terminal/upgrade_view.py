@@ -126,7 +126,7 @@ class UpgradeLive:
                 escape(name),
                 str(record.batch or ""),
                 f"[{_colour(record.state)}]{record.state}[/]",
-                escape(output._one_line(note, 100)),
+                escape(output.one_line(note, 100)),
             )
         if len(order) > LIVE_ROWS:
             table.add_row(f"… {len(order) - LIVE_ROWS} more", "", "", "")
@@ -169,7 +169,7 @@ def print_summary(doc: dict[str, Any]) -> None:
             f"[{_colour(state)}]{state}[/]",
             escape(str(driver.get("installed_version") or "")),
             "" if held is None else ("yes" if held else "no"),
-            escape(output._one_line(note, 160)),
+            escape(output.one_line(note, 160)),
         )
     output.stdout.print(table)
     s = doc["summary"]

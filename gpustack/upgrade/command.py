@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from gpustack import credentials
-from gpustack.ansible.extravars import parse_extra_vars
-from gpustack.ansible.input_formats import DriverInputs, check_extra_vars
-from gpustack.ansible.inventory import load_inventory
+from gpustack.ansible.input_formats import DriverInputs
+from gpustack.ansible.invocation import check_output, check_writable, invocation, user_extravars
+from gpustack.ansible.playbook import host_locks
 from gpustack.errors import BadInput, ExitCode
 from gpustack.terminal import output
 from gpustack.terminal.upgrade_view import UpgradeLive, counts, node_rows, print_plan, print_summary
@@ -85,21 +82,14 @@ def _target(opts: UpgradeOptions, extravars: dict[str, Any]) -> Target:
     return Target(version=version, branch=branch if not version else "")
 
 
-def _check_writable(report: str) -> None:
-    from gpustack.commands import _check_writable as check
-
-    check(report)
-
-
 def run_upgrade(opts: UpgradeOptions, upgrader_factory=None) -> int:
     """Exit code of `gpustack upgrade`. `upgrader_factory` lets tests inject a host upgrader."""
-    if opts.output not in ("text", "json"):
-        raise BadInput(f"unknown --output {opts.output!r}", "use --output text or --output json")
+    check_output(opts.output)
     if opts.report:
-        _check_writable(opts.report)
+        check_writable(opts.report)
     if opts.retry_failed and not opts.resume:
         raise BadInput("--retry-failed only applies with --resume", "add --resume")
-    extravars = {**credentials.environment_inputs(), **parse_extra_vars(opts.extra_vars)}
+    extravars = user_extravars(opts.extra_vars)
     target = _target(opts, extravars)
     if opts.driver_version:
         extravars["nvidia_driver_version"] = target.version
@@ -107,21 +97,21 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None) -> int:
         extravars["nvidia_driver_branch"] = target.branch
     # The node is drained: loading the new driver by a reboot, when needed, is safe now.
     extravars.setdefault("nvidia_driver_reboot", "if_needed")
-    check_extra_vars(extravars)
-    inventory = load_inventory(opts.inventory, opts.limit)
+    # the same checks as every command: role inputs of -e and of the inventory, kubeconfig
+    inventory, extravars, kubeconfig = invocation(
+        opts.inventory,
+        opts.limit,
+        extravars,
+        opts.kubeconfig,
+        "pass the path of a kubeconfig file, or leave --kubeconfig out for a host-only fleet",
+    )
     limits = Limits(
         resolve_max_unavailable(opts.max_unavailable, len(inventory.hosts)), opts.max_parallel
     )
-    kubeconfig = opts.kubeconfig or os.environ.get("KUBECONFIG")
-    if opts.kubeconfig and not Path(opts.kubeconfig).expanduser().is_file():
-        raise BadInput(
-            f"kubeconfig {opts.kubeconfig} does not exist",
-            "pass the path of a kubeconfig file, or leave --kubeconfig out for a host-only fleet",
-        )
     backend = _backend(kubeconfig, inventory, extravars)
     # The state is read under the host locks: a second run (e.g. two --resume) waits or is
     # refused before it reads a record the first is still writing (gpustack/locks.py).
-    with _host_locks(opts, inventory):
+    with host_locks(opts, inventory, check=opts.dry_run):
         store = FileStateStore(state_path_for(inventory.path))
         existing = store.load()
         label_states = (
@@ -187,18 +177,6 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None) -> int:
             orch.on_transition = live.transition
             result = orch.execute()
         return _finish(opts, run, orch, result, store.path, limits)
-
-
-def _host_locks(opts: UpgradeOptions, inventory):
-    from gpustack.ansible import locks
-
-    if opts.dry_run:
-        return contextlib.nullcontext()
-
-    def waiting(busy) -> None:
-        output.stderr.print(f"Waiting: {locks.refusal(busy).message}", soft_wrap=True)
-
-    return locks.hold(inventory, locks.command_line(), wait=opts.wait, on_wait=waiting)
 
 
 def _backend(kubeconfig: str | None, inventory, extravars):

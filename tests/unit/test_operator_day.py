@@ -143,7 +143,8 @@ def test_read_only_commands_take_no_lock(inventory, state_dir):
             "plan", str(inventory), "--limit", "!!![", env={"GPUSTACK_STATE_DIR": str(state_dir)}
         )
         assert "another gpustack run" not in proc.stderr  # input errors come first, no lock
-        from gpustack.commands import HostOptions, host_locks
+        from gpustack.ansible.playbook import host_locks
+        from gpustack.commands import HostOptions
 
         with host_locks(HostOptions(inventory=str(inventory)), None, check=True):
             pass  # check mode (plan, install --check): nothing to lock
