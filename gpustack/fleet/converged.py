@@ -221,7 +221,3 @@ def decide(host: str, facts: dict[str, Any], content: str) -> Decision:
         reasons.append("container_runtime: restart pending (a run stopped before restarting)")
     reasons += [f"container_runtime: {d}" for d in loaded.get("differences") or []]
     return Decision(host, not reasons, reasons, published if not reasons else {})
-
-
-def any_stamps(facts: dict[str, Any]) -> bool:
-    return bool((facts.get("gpustack_converged_probe") or {}).get("stamps"))

@@ -36,10 +36,6 @@ def role_defaults() -> dict[str, Any]:
     return merged
 
 
-def _bool(value: Any) -> bool:
-    return str(value).strip().lower() in ("1", "true", "yes", "on")
-
-
 @dataclass
 class DriverDesired:
     """What install would put on the host for the driver."""

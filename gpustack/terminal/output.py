@@ -177,31 +177,6 @@ def print_run(result: RunResult, verbose: int = 0) -> None:
     )
 
 
-def print_changes(result: RunResult, verbose: int = 0) -> None:
-    """For `plan`: what would change, per host."""
-    for host in result.hosts.values():
-        if not host.changes:
-            stdout.print(f"{escape(host.name)}: no changes")
-            continue
-        stdout.print(f"{escape(host.name)}: {len(host.changes)} change(s)")
-        for change in host.changes:
-            stdout.print(f"  ~ {escape(credentials.scrub(f'{change.role} : {change.task}'))}")
-            if verbose:
-                for diff in change.diff:
-                    text = diff.get("prepared") or _before_after(diff)
-                    if text:
-                        stdout.print(escape(credentials.scrub(text)))
-
-
-def _before_after(diff: dict[str, Any]) -> str:
-    if "before" in diff or "after" in diff:
-        return (
-            f"    --- {diff.get('before_header', 'before')}\n    {diff.get('before', '')}\n"
-            f"    +++ {diff.get('after_header', 'after')}\n    {diff.get('after', '')}"
-        )
-    return ""
-
-
 def print_fleet(result: RunResult, problems: list[doctor.Problem] | None) -> None:
     table = Table(box=None, pad_edge=False)
     for col in (

@@ -14,7 +14,14 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from gpustack.errors import GpustackError
-from gpustack.k8s.cluster.connect import FIELD_MANAGER, Clock, Cluster, call, status_message
+from gpustack.k8s.cluster.connect import (
+    FIELD_MANAGER,
+    Clock,
+    Cluster,
+    api_hint,
+    call,
+    status_message,
+)
 from gpustack.k8s.manifests import COMMON_LABELS, MANAGED_LABEL
 
 SERVICEMONITOR_CRD = "servicemonitors.monitoring.coreos.com"
@@ -41,7 +48,9 @@ def crd_exists(cluster: Cluster, name: str = SERVICEMONITOR_CRD) -> bool:
     except ApiException as exc:
         if exc.status in (403, 404):  # absent, or not ours to know: no ServiceMonitor either way
             return False
-        raise GpustackError(f"cannot read CRD {name}: {status_message(exc)}", "") from None
+        raise GpustackError(
+            f"cannot read CRD {name}: {status_message(exc)}", api_hint(exc)
+        ) from None
     return True
 
 
@@ -92,7 +101,7 @@ def _get_or_none(cluster, resource, name, namespace, ref):
     except ApiException as exc:
         if exc.status == 404:
             return None
-        raise GpustackError(f"cannot read {ref}: {status_message(exc)}", "") from None
+        raise GpustackError(f"cannot read {ref}: {status_message(exc)}", api_hint(exc)) from None
 
 
 # ----------------------------------------------------------------------------- DaemonSets
@@ -264,4 +273,6 @@ def _delete(cluster: Cluster, resource, name: str, namespace: str | None, ref: s
         resource.delete(name=name, namespace=namespace)
     except ApiException as exc:
         if exc.status != 404:  # already gone is fine
-            raise GpustackError(f"cannot delete {ref}: {status_message(exc)}", "") from None
+            raise GpustackError(
+                f"cannot delete {ref}: {status_message(exc)}", api_hint(exc)
+            ) from None

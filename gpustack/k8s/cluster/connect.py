@@ -48,14 +48,6 @@ class Cluster:
     _dynamic: Any = None
 
     @property
-    def core(self) -> client.CoreV1Api:
-        return client.CoreV1Api(self.api)
-
-    @property
-    def apps(self) -> client.AppsV1Api:
-        return client.AppsV1Api(self.api)
-
-    @property
     def dynamic(self):
         if self._dynamic is None:
             from kubernetes import dynamic
@@ -213,15 +205,19 @@ def status_message(exc: ApiException) -> str:
     return f"{exc.status} {message or exc.reason}"
 
 
+def api_hint(exc: ApiException) -> str:
+    """The Hint: line for an API error (every Kubernetes error carries one)."""
+    if exc.status in (401, 403):
+        return "check the kubeconfig's permissions (RBAC) for gpustack's objects"
+    return "see the message above; `kubectl` with the same kubeconfig shows the object"
+
+
 def call(fn, what: str):
     """Run one API call; a client failure becomes a GpustackError naming what was attempted."""
     try:
         return fn()
     except ApiException as exc:
-        hint = "check the kubeconfig's permissions (RBAC) for gpustack's objects"
-        if exc.status not in (401, 403):
-            hint = "see the message above; `kubectl` with the same kubeconfig shows the object"
-        raise GpustackError(f"cannot {what}: {status_message(exc)}", hint) from None
+        raise GpustackError(f"cannot {what}: {status_message(exc)}", api_hint(exc)) from None
     except ResourceNotFoundError:
         raise GpustackError(
             f"cannot {what}: the cluster does not serve this API",
