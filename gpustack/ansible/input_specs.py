@@ -2,7 +2,7 @@
 
 Ansible validates `meta/argument_specs.yml` too, but only when the role starts on a host; this
 gives the same verdict (type and choices) for `-e` values and inventory variables up front, as
-one `Error:` + `Hint:`. Format rules (versions, branches, URLs) live in gpustack/config.py.
+one `Error:` + `Hint:`. Format rules (versions, branches, URLs) live in input_formats.py.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ class HostResult:
     failures: list[TaskFailure] = field(default_factory=list)
     changes: list[TaskChange] = field(default_factory=list)
     started: bool = False
-    converged: bool = False  # skipped by install's fast path (gpustack/converged.py)
+    converged: bool = False  # skipped by install's fast path (gpustack/fleet/converged.py)
 
     @property
     def status(self) -> str:

@@ -1,7 +1,7 @@
 """`install`/`plan` with the converged-host fast path: probe, decide, run site.yml where needed.
 
 One read-only play (playbooks/converged.yml: preflight + the stamps re-checked on the host)
-decides per host (gpustack/converged.py); hosts proven converged are reported from that play,
+decides per host (gpustack/fleet/converged.py); hosts proven converged are reported from that play,
 the others get the full site.yml (limited to them). `--full`, `--tags` and `--skip-tags` run
 site.yml on every host as before.
 """

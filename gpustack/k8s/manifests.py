@@ -1,6 +1,6 @@
 """Kubernetes manifests from one typed configuration, rendered from Jinja2 templates.
 
-Pure functions: nothing here talks to a cluster (only `gpustack/cluster/` imports the
+Pure functions: nothing here talks to a cluster (only `gpustack/k8s/cluster/` imports the
 kubernetes client). `render()` gives the ordered apply list; `gpustack manifests` writes
 the same objects as YAML files; the cluster code applies them.
 """

@@ -1,4 +1,4 @@
-"""The per-node verification table (rich, in gpustack/output.py's style)."""
+"""The per-node verification table (rich, in gpustack/terminal/output.py's style)."""
 
 from __future__ import annotations
 

@@ -49,7 +49,7 @@ def host_cases(result: RunResult) -> list[Case]:
 
 
 def node_cases(reports: Iterable[Any]) -> list[Case]:
-    """Cluster checks per host from gpustack.cluster.verify.NodeReport objects."""
+    """Cluster checks per host from gpustack.k8s.cluster.verify.NodeReport objects."""
     return [
         Case(r.host, f"k8s {c.name}", c.status, c.message, c.seconds)
         for r in reports

@@ -110,7 +110,7 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None) -> int:
     )
     backend = _backend(kubeconfig, inventory, extravars)
     # The state is read under the host locks: a second run (e.g. two --resume) waits or is
-    # refused before it reads a record the first is still writing (gpustack/locks.py).
+    # refused before it reads a record the first is still writing (gpustack/ansible/locks.py).
     with host_locks(opts, inventory, check=opts.dry_run):
         store = FileStateStore(state_path_for(inventory.path))
         existing = store.load()
@@ -182,7 +182,8 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None) -> int:
 def _backend(kubeconfig: str | None, inventory, extravars):
     if not kubeconfig:
         return HostOnlyBackend()
-    from gpustack.k8s.cluster.upgrade import KubernetesBackend  # only gpustack/cluster talks to k8s
+    # only gpustack/k8s/cluster talks to Kubernetes
+    from gpustack.k8s.cluster.upgrade import KubernetesBackend
 
     return KubernetesBackend.from_kubeconfig(kubeconfig, inventory, extravars)
 

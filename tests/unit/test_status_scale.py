@@ -86,7 +86,7 @@ def test_matching_reads_each_node_once_however_many_hosts_are_missing(monkeypatc
 
 
 class FakeCluster:
-    """TEST DOUBLE for gpustack.cluster.connect.Cluster: list answers from memory."""
+    """TEST DOUBLE for gpustack.k8s.cluster.connect.Cluster: list answers from memory."""
 
     def __init__(self, fail: str = ""):
         self.fail = fail
