@@ -32,13 +32,8 @@ def _finish(
     code = int(result.exit_code) if code is None else int(code)
     doc = output.run_document(command, result, extra)
     doc["exit_code"] = code
-    output.write_report(opts.report, doc)
-    if opts.output == "json":
-        output.print_json(doc)
-    elif text:
-        text()
-    else:
-        output.print_run(result, opts.verbose)
+    text = text or (lambda: output.print_run(result, opts.verbose))
+    output.emit(doc, opts.report, opts.output, text)
     if result.exit_code:
         output.stderr.print(f"Artifacts of this run: {result.artifacts_dir}")
     return code
@@ -212,7 +207,7 @@ def status(opts: HostOptions) -> int:
         extra,
         text=lambda: (
             fleet_view.print_status(rows, k8s is not None, wide=opts.output == "wide"),
-            _print_unreachable(result),
+            output.print_unreachable(result),
         ),
         code=code,
     )
@@ -249,17 +244,9 @@ def smoke(opts: HostOptions, image: str | None = None, capture: str | None = Non
         opts,
         result,
         extra,
-        text=lambda: (view.print_smoke(hosts, opts.verbose), _print_unreachable(result)),
+        text=lambda: (view.print_smoke(hosts, opts.verbose), output.print_unreachable(result)),
         code=code,
     )
-
-
-def _print_unreachable(result: RunResult) -> None:
-    for host in result.hosts.values():
-        if host.unreachable:
-            output.stdout.print(f"[red]unreachable[/] {host.name}: {host.unreachable_message}")
-        for failure in host.failures:
-            output.stdout.print(f"[red]failed[/] {host.name}: {failure.task}: {failure.message}")
 
 
 UNINSTALL_COMPONENTS = ("driver", "toolkit", "runtime", "k8s")
@@ -286,28 +273,19 @@ def uninstall(opts: HostOptions, components: str, yes: bool) -> int:
             raise BadInput(
                 "uninstall needs confirmation", "pass --yes to confirm non-interactively"
             )
-        answer = input(f"Remove {', '.join(chosen)} from {len(inventory.hosts)} host(s)? [y/N] ")
-        if answer.strip().lower() not in ("y", "yes"):
+        if not output.confirm(f"Remove {', '.join(chosen)} from {len(inventory.hosts)} host(s)?"):
             output.stderr.print("Nothing changed.")
             return int(ExitCode.OK)
     removed = None
     if session:  # reverse lifecycle order: the Kubernetes side goes first
         removed = flow.uninstall(session)
         if opts.output != "json":
-            output.stdout.print(
-                f"Kubernetes: deleted {len(removed['deleted'])} object(s), removed gpustack's "
-                f"labels from {len(removed['unlabelled_nodes'])} node(s)"
-            )
-            for ref in removed["deleted"] if opts.verbose else []:
-                output.stdout.print(f"  deleted {ref}")
-            for ref in removed["kept"]:
-                output.stdout.print(f"  kept {ref}")
+            from gpustack.terminal.cluster_report import print_removed
+
+            print_removed(removed, opts.verbose)
     extra = {"components": chosen, **({"kubernetes": removed} if removed else {})}
     if not host_components:
-        doc = {"command": "uninstall", "exit_code": 0, **extra}
-        output.write_report(opts.report, doc)
-        if opts.output == "json":
-            output.print_json(doc)
+        output.emit({"command": "uninstall", "exit_code": 0, **extra}, opts.report, opts.output)
         return int(ExitCode.OK)
     opts.extra_vars = [
         *opts.extra_vars,
@@ -329,7 +307,5 @@ def manifests(
     config = k8s.config_from_inventory(load_inventory(inventory, limit), extravars)
     target = Path(output_dir).expanduser()
     written = k8s.write_manifests(k8s.render(config, servicemonitor=servicemonitor), target)
-    output.stdout.print(f"Wrote {len(written)} manifests to {target}:")
-    for path in sorted(written):
-        output.stdout.print(f"  {path.name}")
+    output.print_written(f"Wrote {len(written)} manifests to {target}:", written)
     return int(ExitCode.OK)

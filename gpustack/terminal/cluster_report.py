@@ -58,3 +58,15 @@ def print_cluster(report: ClusterReport, verbose: int = 0) -> None:
     out.print(
         f"{len(report.nodes)} node(s): {len(report.nodes) - bad} passed, {bad} failed verification"
     )
+
+
+def print_removed(removed: dict, verbose: int = 0) -> None:
+    """What `uninstall --components k8s` deleted, and what it kept."""
+    output.stdout.print(
+        f"Kubernetes: deleted {len(removed['deleted'])} object(s), removed gpustack's "
+        f"labels from {len(removed['unlabelled_nodes'])} node(s)"
+    )
+    for ref in removed["deleted"] if verbose else []:
+        output.stdout.print(f"  deleted {ref}")
+    for ref in removed["kept"]:
+        output.stdout.print(f"  kept {ref}")

@@ -36,17 +36,33 @@ def print_error(error: GpustackError) -> None:
         stderr.print(f"[bold]Hint:[/] {escape(hint)}", soft_wrap=True)
 
 
-class LiveProgress:
-    """One line per host: current role/task and ok/changed/failed counts (on stderr)."""
+def confirm(question: str) -> bool:
+    """A yes/no question on the terminal; anything but y/yes (or end of input) is no."""
+    try:
+        answer = input(f"{question} [y/N] ")
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")
 
-    def __init__(self, title: str, verbose: int = 0):
-        self.title = title
-        self.verbose = verbose
+
+def emit(doc: dict[str, Any], report: str | None, output: str, text=None) -> None:
+    """A command's document: to --report (in text mode too), then JSON or the text view."""
+    write_report(report, doc)
+    if output == "json":
+        print_json(doc)
+    elif text:
+        text()
+
+
+class LiveView:
+    """A live view on stderr while it is a terminal (none otherwise), as a context manager."""
+
+    def __init__(self, **live_options):
         self.live: Live | None = None
         if stderr.is_terminal:
-            self.live = Live(console=stderr, refresh_per_second=8, transient=True)
+            self.live = Live(console=stderr, transient=True, **live_options)
 
-    def __enter__(self) -> LiveProgress:
+    def __enter__(self):
         if self.live:
             self.live.__enter__()
         return self
@@ -54,6 +70,15 @@ class LiveProgress:
     def __exit__(self, *exc) -> None:
         if self.live:
             self.live.__exit__(*exc)
+
+
+class LiveProgress(LiveView):
+    """One line per host: current role/task and ok/changed/failed counts (on stderr)."""
+
+    def __init__(self, title: str, verbose: int = 0):
+        super().__init__(refresh_per_second=8)
+        self.title = title
+        self.verbose = verbose
 
     def update(self, tracker: RunTracker, event: dict) -> None:
         if self.verbose:
@@ -124,6 +149,21 @@ def write_report(path: str | None, doc: dict[str, Any]) -> None:
         raise BadInput(
             f"cannot write report {path}: {exc.strerror}", "choose a writable path for --report"
         ) from None
+
+
+def print_unreachable(result: RunResult) -> None:
+    """The hosts a table of facts has no row for: unreachable, or failed a task."""
+    for host in result.hosts.values():
+        if host.unreachable:
+            stdout.print(f"[red]unreachable[/] {host.name}: {host.unreachable_message}")
+        for failure in host.failures:
+            stdout.print(f"[red]failed[/] {host.name}: {failure.task}: {failure.message}")
+
+
+def print_written(title: str, written: list[Path]) -> None:
+    stdout.print(title)
+    for path in sorted(written):
+        stdout.print(f"  {path.name}")
 
 
 def print_json(doc: dict[str, Any]) -> None:

@@ -6,7 +6,6 @@ import time
 from typing import Any
 
 from rich.console import Group
-from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -45,30 +44,14 @@ def counts(run: UpgradeRun, targets: list[str], skipped: set[str]) -> dict[str, 
     return out
 
 
-class UpgradeLive:
+class UpgradeLive(output.LiveView):
     """A live table on stderr (terminals only); elsewhere one log line per node event."""
 
     def __init__(self, orchestrator, title: str, verbose: int = 0):
         self.orch = orchestrator
         self.title = title
         self.verbose = verbose
-        self.live: Live | None = None
-        if output.stderr.is_terminal:
-            self.live = Live(
-                console=output.stderr,
-                get_renderable=self._render,
-                refresh_per_second=4,
-                transient=True,
-            )
-
-    def __enter__(self) -> UpgradeLive:
-        if self.live:
-            self.live.__enter__()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.live:
-            self.live.__exit__(*exc)
+        super().__init__(get_renderable=self._render, refresh_per_second=4)
 
     def transition(self, t: Transition) -> None:
         """Called for every state change (under the run's lock)."""

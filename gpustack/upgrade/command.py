@@ -168,7 +168,7 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None) -> int:
             upgrade_host,
             policy,
             ThreadExecutor(opts.max_parallel),
-            confirm=_confirm if sys.stdin.isatty() and not opts.yes else None,
+            confirm=output.confirm if sys.stdin.isatty() and not opts.yes else None,
         )
         orch.activity = activity
         title = f"gpustack upgrade → {target.describe()}"
@@ -186,14 +186,6 @@ def _backend(kubeconfig: str | None, inventory, extravars):
     from gpustack.k8s.cluster.upgrade import KubernetesBackend
 
     return KubernetesBackend.from_kubeconfig(kubeconfig, inventory, extravars)
-
-
-def _confirm(question: str) -> bool:
-    try:
-        answer = input(f"{question} [y/N] ")
-    except EOFError:
-        return False
-    return answer.strip().lower() in ("y", "yes")
 
 
 @contextlib.contextmanager
@@ -251,11 +243,7 @@ def _dry_run(opts, run, targets, backend, policy, state_file) -> int:
     measured = sum(1 for v in views if v.expected is not None)
     doc.update({"dry_run": True, "plan": plan, "status": "planned", "exit_code": 0,
                 "measured_nodes": measured})  # fmt: skip
-    output.write_report(opts.report, doc)
-    if opts.output == "json":
-        output.print_json(doc)
-    else:
-        print_plan(doc)
+    output.emit(doc, opts.report, opts.output, lambda: print_plan(doc))
     return int(ExitCode.OK)
 
 
@@ -282,9 +270,5 @@ def _finish(opts, run, orch, result: RolloutResult, state_file, limits) -> int:
     doc.update(
         {"dry_run": False, "status": result.status, "message": message, "exit_code": int(code)}
     )
-    output.write_report(opts.report, doc)
-    if opts.output == "json":
-        output.print_json(doc)
-    else:
-        print_summary(doc)
+    output.emit(doc, opts.report, opts.output, lambda: print_summary(doc))
     return int(code)
