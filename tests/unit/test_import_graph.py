@@ -94,3 +94,17 @@ def test_no_module_imports_a_private_name_of_another():
             ):
                 reaches.append(f"{name}: {node.value.id}.{node.attr}")
     assert reaches == []
+
+
+def test_every_error_gpustack_raises_carries_a_hint():
+    """Error: lines come with a Hint: line (a Kubernetes error once had an empty one)."""
+    errors = ("GpustackError", "BadInput", "LabError")
+    without = []
+    for name, tree in MODULES.items():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in errors:
+                hint = node.args[1] if len(node.args) > 1 else None
+                hint = next((k.value for k in node.keywords if k.arg == "hint"), hint)
+                if hint is None or (isinstance(hint, ast.Constant) and not hint.value):
+                    without.append(f"{name}:{node.lineno}")
+    assert without == []

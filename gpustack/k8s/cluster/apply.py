@@ -161,7 +161,8 @@ def wait_daemonsets(
             except ApiException as exc:
                 if exc.status != 404:
                     raise GpustackError(
-                        f"cannot read DaemonSet {namespace}/{name}: {status_message(exc)}", ""
+                        f"cannot read DaemonSet {namespace}/{name}: {status_message(exc)}",
+                        api_hint(exc),
                     ) from None
                 missing = True
                 message = "not found: run `gpustack install INVENTORY --kubeconfig K` first"
@@ -220,7 +221,8 @@ def delete_managed(
     except ApiException as exc:
         if exc.status != 404:
             raise GpustackError(
-                f"cannot read namespace {namespace}: {status_message(exc)}", ""
+                f"cannot read namespace {namespace}: {status_message(exc)}",
+                api_hint(exc),
             ) from None
         ns = None
     if ns is not None and (ns.metadata.labels or {}).get(MANAGED_LABEL) == "gpustack":

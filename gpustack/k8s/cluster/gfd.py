@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpustack.errors import GpustackError
 from gpustack.k8s.cluster.checks import FAILED, PASSED, SKIPPED, NodeReport
-from gpustack.k8s.cluster.connect import Clock, Cluster, status_message
+from gpustack.k8s.cluster.connect import Clock, Cluster, api_hint, status_message
 from gpustack.k8s.manifests import ClusterConfig
 
 NFD_API = "/apis/nfd.k8s-sigs.io/v1alpha1"
@@ -39,7 +39,7 @@ def nfd_api_served(cluster: Cluster) -> bool:
         if exc.status in (403, 404):
             return False
         raise GpustackError(
-            f"cannot read API discovery {NFD_API}: {status_message(exc)}", ""
+            f"cannot read API discovery {NFD_API}: {status_message(exc)}", api_hint(exc)
         ) from None
     resources = (doc.get("resources") or []) if isinstance(doc, dict) else []
     return any(r.get("name") == "nodefeatures" for r in resources)
