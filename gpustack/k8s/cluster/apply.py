@@ -216,15 +216,7 @@ def delete_managed(
                 f"{kind} {(item.metadata.namespace + '/') if item.metadata.namespace else ''}{name}"
             )
     ns_api = cluster.dynamic.resources.get(api_version="v1", kind="Namespace")
-    try:
-        ns = ns_api.get(name=namespace)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise GpustackError(
-                f"cannot read namespace {namespace}: {status_message(exc)}",
-                api_hint(exc),
-            ) from None
-        ns = None
+    ns = _get_or_none(cluster, ns_api, namespace, None, f"namespace {namespace}")
     if ns is not None and (ns.metadata.labels or {}).get(MANAGED_LABEL) == "gpustack":
         foreign = _foreign_objects(cluster, namespace)
         if foreign:
