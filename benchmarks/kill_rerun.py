@@ -113,7 +113,7 @@ class Lab:
         self.state = state
         self.extra = extra
         self.expect = expect  # the layers the lab is meant to have (CI leaves the driver out)
-        from gpustack.inventory import load_inventory
+        from gpustack.ansible.inventory import load_inventory
 
         self.hosts = load_inventory(inventory).hosts
 

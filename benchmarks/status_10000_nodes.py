@@ -30,10 +30,10 @@ from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpustack.cluster import flow
-from gpustack.cluster import status as cluster_status
-from gpustack.inventory import load_inventory
-from gpustack.manifests import config_from_inventory
+from gpustack.ansible.inventory import load_inventory
+from gpustack.k8s.cluster import flow
+from gpustack.k8s.cluster import status as cluster_status
+from gpustack.k8s.manifests import config_from_inventory
 from tests.cluster.emulator import EmulatorThread
 from tests.cluster.status_helpers import gpu_node, install_device_plugin
 

@@ -41,9 +41,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpustack.upgrade.backend import HostOutcome, NodeCondition, StepOptions
+from gpustack.upgrade.executors import SimulatedExecutor
 from gpustack.upgrade.orchestrator import Orchestrator, RolloutPolicy
 from gpustack.upgrade.planner import Limits
-from gpustack.upgrade.runtime import SimulatedExecutor
 from gpustack.upgrade.session import open_run
 from gpustack.upgrade.state import MemoryStateStore, Target, UpgradeRun
 

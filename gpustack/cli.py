@@ -8,9 +8,10 @@ from typing import Annotated
 
 import typer
 
-from gpustack import __version__, commands, output
+from gpustack import __version__, commands
+from gpustack.ansible.inventory import inventory_source
 from gpustack.errors import ExitCode, GpustackError
-from gpustack.inventory import inventory_source
+from gpustack.terminal import output
 
 try:  # typer >= 0.26 vendors click; older releases use the click package
     from typer._click import exceptions as click_exceptions
@@ -372,7 +373,7 @@ def lab_up(
     ] = None,
 ) -> None:
     """Start (or reuse) N podman systemd nodes reachable by SSH; write an inventory."""
-    from gpustack import lab
+    from gpustack.lab import nodes as lab
 
     path = lab.up(name, nodes, os_, inventory)
     output.stdout.print(f"Lab {name}: {nodes} node(s) up. Inventory: {path}")
@@ -386,7 +387,7 @@ def lab_down(
     ] = False,
 ) -> None:
     """Remove the lab's containers, key and inventory."""
-    from gpustack import lab
+    from gpustack.lab import nodes as lab
 
     lab.down(name, images)
     output.stdout.print(f"Lab {name} removed.")
@@ -395,7 +396,7 @@ def lab_down(
 @lab_app.command("list")
 def lab_list() -> None:
     """List labs and their nodes."""
-    from gpustack import lab
+    from gpustack.lab import nodes as lab
 
     for row in lab.list_labs():
         output.stdout.print(row)

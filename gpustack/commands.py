@@ -3,108 +3,25 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpustack import credentials, doctor, output
-from gpustack.config import check_extra_vars
+from gpustack.ansible import playbook
+from gpustack.ansible.extravars import parse_extra_vars
+from gpustack.ansible.input_formats import check_extra_vars
+from gpustack.ansible.inventory import load_inventory
+from gpustack.ansible.invocation import OUTPUTS, HostOptions, check_writable, validate
+from gpustack.ansible.results import RunResult
 from gpustack.errors import BadInput, ExitCode
-from gpustack.extravars import parse_extra_vars
-from gpustack.inputs_check import check_host_vars, check_inputs
-from gpustack.inventory import load_inventory
-from gpustack.results import RunResult
-
-OUTPUTS = ("text", "json")
-
-
-@dataclass
-class HostOptions:
-    """Options shared by every command that runs on hosts."""
-
-    inventory: str
-    limit: str | None = None
-    extra_vars: list[str] = field(default_factory=list)
-    tags: str = ""
-    skip_tags: str = ""
-    kubeconfig: str | None = None
-    output: str = "text"
-    report: str | None = None
-    verbose: int = 0
-    wait: bool = False  # commands that change hosts: wait for another run's host locks
-
-
-def _validate(opts: HostOptions, outputs: tuple[str, ...] = OUTPUTS):
-    """All input checks happen here, before anything runs on a host."""
-    if opts.output not in outputs:
-        raise BadInput(
-            f"unknown --output {opts.output!r}", f"use --output {' or --output '.join(outputs)}"
-        )
-    if opts.report:
-        _check_writable(opts.report)
-    # credentials from GPUSTACK_* environment variables (gpustack/credentials.py); -e wins
-    extravars = {**credentials.environment_inputs(), **parse_extra_vars(opts.extra_vars)}
-    check_inputs(extravars)
-    check_extra_vars(extravars)
-    inventory = load_inventory(opts.inventory, opts.limit)
-    check_host_vars(inventory, extravars)
-    kubeconfig = opts.kubeconfig or os.environ.get("KUBECONFIG")
-    if opts.kubeconfig and not Path(opts.kubeconfig).expanduser().is_file():
-        raise BadInput(
-            f"kubeconfig {opts.kubeconfig} does not exist",
-            "pass the path of a kubeconfig file, or leave --kubeconfig out",
-        )
-    return inventory, extravars, kubeconfig
-
-
-def _check_writable(report: str) -> None:
-    parent = Path(report).expanduser().resolve().parent
-    while not parent.exists():
-        parent = parent.parent
-    if Path(report).expanduser().is_dir() or not os.access(parent, os.W_OK):
-        raise BadInput(f"cannot write report {report}", "choose a writable file path for --report")
-
-
-def play(playbook: str, inventory, variables: dict, opts: HostOptions, title: str,
-         check=False, diff=False) -> RunResult:  # fmt: skip
-    """One playbook run with the live progress view."""
-    from gpustack import runner  # ansible-runner is imported only when hosts are contacted
-
-    spec = runner.build_run_spec(
-        playbook,
-        inventory,
-        variables,
-        tags=opts.tags,
-        skip_tags=opts.skip_tags,
-        check=check,
-        diff=diff,
-        verbosity=opts.verbose,
-    )
-    with output.LiveProgress(title, opts.verbose) as progress:
-        return runner.run_playbook(spec, on_update=progress.update)
-
-
-def host_locks(opts: HostOptions, inventory, check: bool = False):
-    """The host locks of a run that changes hosts (none for check mode); see gpustack/locks.py."""
-    import contextlib
-
-    from gpustack import locks
-
-    if check:
-        return contextlib.nullcontext()
-
-    def waiting(busy) -> None:
-        output.stderr.print(f"Waiting: {locks.refusal(busy).message}", soft_wrap=True)
-
-    return locks.hold(inventory, locks.command_line(), wait=opts.wait, on_wait=waiting)
+from gpustack.fleet import doctor
+from gpustack.terminal import output
 
 
 def _run(
-    opts: HostOptions, playbook: str, title: str, check=False, diff=False, validated=None
+    opts: HostOptions, playbook_name: str, title: str, check=False, diff=False, validated=None
 ) -> tuple:
-    inventory, extravars, kubeconfig = validated or _validate(opts)
-    result = play(playbook, inventory, extravars, opts, title, check, diff)
+    inventory, extravars, kubeconfig = validated or validate(opts)
+    result = playbook.play(playbook_name, inventory, extravars, opts, title, check, diff)
     return result, inventory, extravars, kubeconfig
 
 
@@ -115,13 +32,8 @@ def _finish(
     code = int(result.exit_code) if code is None else int(code)
     doc = output.run_document(command, result, extra)
     doc["exit_code"] = code
-    output.write_report(opts.report, doc)
-    if opts.output == "json":
-        output.print_json(doc)
-    elif text:
-        text()
-    else:
-        output.print_run(result, opts.verbose)
+    text = text or (lambda: output.print_run(result, opts.verbose))
+    output.emit(doc, opts.report, opts.output, text)
     if result.exit_code:
         output.stderr.print(f"Artifacts of this run: {result.artifacts_dir}")
     return code
@@ -134,20 +46,20 @@ def install(
     junit: str | None = None,
     full: bool = False,
 ) -> int:
-    validated = _validate(opts)
+    validated = validate(opts)
     if junit:
-        _check_writable(junit)
+        check_writable(junit)
     session = None
     if validated[2]:  # a kubeconfig: reach the cluster before any host is touched
-        from gpustack.cluster import flow
+        from gpustack.k8s.cluster import flow
 
         session = flow.prepare(validated[2], validated[0], validated[1])
-    from gpustack import fastpath
+    from gpustack.fleet import converged_run
 
     extra: dict = {"check_mode": check}
     k8s = None
-    with host_locks(opts, validated[0], check):
-        result = fastpath.run_site(opts, validated, "gpustack install", check, diff, full)
+    with playbook.host_locks(opts, validated.inventory, check):
+        result = converged_run.run_site(opts, validated, "gpustack install", check, diff, full)
         if session and result.status != "canceled":
             k8s = flow.install(session, result, check=check)
             extra["kubernetes"] = k8s.to_dict()
@@ -160,11 +72,11 @@ def install(
 
 def verify(opts: HostOptions, junit: str | None = None) -> int:
     """Read-only host facts, then the cluster: capacity, verification pods, metrics."""
-    from gpustack.cluster import flow
+    from gpustack.k8s.cluster import flow
 
-    validated = _validate(opts)
+    validated = validate(opts)
     if junit:
-        _check_writable(junit)
+        check_writable(junit)
     session = flow.prepare(validated[2], validated[0], validated[1], required=True)
     result, *_ = _run(opts, "verify.yml", "gpustack verify (read-only)", validated=validated)
     k8s = None
@@ -182,7 +94,7 @@ def _cluster_text(result: RunResult, k8s, opts: HostOptions):
     def show() -> None:
         output.print_run(result, opts.verbose)
         if k8s is not None:
-            from gpustack.cluster.report import print_cluster
+            from gpustack.terminal.cluster_report import print_cluster
 
             print_cluster(k8s, opts.verbose)
 
@@ -192,17 +104,18 @@ def _cluster_text(result: RunResult, k8s, opts: HostOptions):
 def _write_junit(path: str | None, suite: str, result: RunResult, k8s) -> None:
     if not path:
         return
-    from gpustack import junit
+    from gpustack.terminal import junit
 
     cases = junit.host_cases(result) + (junit.node_cases(k8s.nodes) if k8s else [])
     junit.write(path, suite, cases)
 
 
 def plan(opts: HostOptions, full: bool = False) -> int:
-    from gpustack import fastpath, fleet_view, plan_summary
+    from gpustack.fleet import converged_run, plan_summary
+    from gpustack.terminal import fleet_view
 
     title = "gpustack plan (check mode)"
-    result = fastpath.run_site(opts, _validate(opts), title, check=True, diff=True, full=full)
+    result = converged_run.run_site(opts, validate(opts), title, check=True, diff=True, full=full)
     plans = {name: plan_summary.summarize(host.changes) for name, host in result.hosts.items()}
     return _finish(
         "plan",
@@ -221,7 +134,7 @@ def _runtime_classes(inventory, extravars: dict) -> dict[str, str]:
     key = "gpustack_k8s_runtime_class"
     if key in extravars:
         return {host: str(extravars[key] or "") for host in inventory.hosts}
-    from gpustack.manifests_vars import inventory_k8s_vars
+    from gpustack.k8s.manifests_vars import inventory_k8s_vars
 
     try:
         found = inventory_k8s_vars(inventory)
@@ -262,14 +175,19 @@ def doctor_cmd(opts: HostOptions) -> int:
 
 
 def status(opts: HostOptions) -> int:
-    from gpustack import converged, fleet, fleet_view
+    from gpustack.fleet import converged
+    from gpustack.fleet import status as fleet
+    from gpustack.terminal import fleet_view
 
-    inventory, extravars, kubeconfig = _validate(opts, (*OUTPUTS, "wide"))
+    validated = validate(opts, (*OUTPUTS, "wide"))
     # The input names whose resolved values the play publishes (gpustack_converged_desired).
-    validated = (inventory, {**extravars, **converged.extravars(record=False)}, kubeconfig)
+    validated = validated._replace(
+        extravars={**validated.extravars, **converged.extravars(record=False)}
+    )
+    inventory, extravars, kubeconfig = validated
     session = None
     if kubeconfig:  # reach the cluster before any host is contacted
-        from gpustack.cluster import status as cluster_status
+        from gpustack.k8s.cluster import status as cluster_status
 
         session = cluster_status.prepare(kubeconfig, inventory, extravars)
     result, *_ = _run(opts, "status.yml", "gpustack status", validated=validated)
@@ -294,7 +212,7 @@ def status(opts: HostOptions) -> int:
         extra,
         text=lambda: (
             fleet_view.print_status(rows, k8s is not None, wide=opts.output == "wide"),
-            _print_unreachable(result),
+            output.print_unreachable(result),
         ),
         code=code,
     )
@@ -302,14 +220,15 @@ def status(opts: HostOptions) -> int:
 
 def smoke(opts: HostOptions, image: str | None = None, capture: str | None = None) -> int:
     """Read-only smoke suite (docs/gpu-hosts.md): the probe play, then the controller's checks."""
-    from gpustack.smoke import checks, view
+    from gpustack.smoke import checks
+    from gpustack.terminal import smoke_view as view
 
     if image:
         opts.extra_vars = [*opts.extra_vars, json.dumps({"gpu_smoke_image": image})]
     if capture:
         if Path(capture).expanduser().exists() and not Path(capture).expanduser().is_dir():
             raise BadInput(f"--capture {capture} is not a directory", "pass a directory path")
-        _check_writable(str(Path(capture).expanduser() / "x"))
+        check_writable(str(Path(capture).expanduser() / "x"))
     result, *_ = _run(opts, "smoke.yml", "gpustack smoke (read-only)")
     hosts = [checks.host_smoke(name, host.facts) for name, host in result.hosts.items()]
     extra: dict = {"smoke": {h.host: h.to_dict() for h in hosts}}
@@ -330,17 +249,9 @@ def smoke(opts: HostOptions, image: str | None = None, capture: str | None = Non
         opts,
         result,
         extra,
-        text=lambda: (view.print_smoke(hosts, opts.verbose), _print_unreachable(result)),
+        text=lambda: (view.print_smoke(hosts, opts.verbose), output.print_unreachable(result)),
         code=code,
     )
-
-
-def _print_unreachable(result: RunResult) -> None:
-    for host in result.hosts.values():
-        if host.unreachable:
-            output.stdout.print(f"[red]unreachable[/] {host.name}: {host.unreachable_message}")
-        for failure in host.failures:
-            output.stdout.print(f"[red]failed[/] {host.name}: {failure.task}: {failure.message}")
 
 
 UNINSTALL_COMPONENTS = ("driver", "toolkit", "runtime", "k8s")
@@ -354,11 +265,11 @@ def uninstall(opts: HostOptions, components: str, yes: bool) -> int:
             f"unknown component(s) {', '.join(unknown) or components!r}",
             "choose from driver, toolkit, runtime, k8s (comma-separated)",
         )
-    validated = _validate(opts)
+    validated = validate(opts)
     inventory = validated[0]
     session = None
     if "k8s" in chosen:  # needs the cluster; reach it before asking or touching anything
-        from gpustack.cluster import flow
+        from gpustack.k8s.cluster import flow
 
         session = flow.prepare(validated[2], inventory, validated[1], required=True)
     host_components = [c for c in chosen if c != "k8s"]
@@ -367,34 +278,25 @@ def uninstall(opts: HostOptions, components: str, yes: bool) -> int:
             raise BadInput(
                 "uninstall needs confirmation", "pass --yes to confirm non-interactively"
             )
-        answer = input(f"Remove {', '.join(chosen)} from {len(inventory.hosts)} host(s)? [y/N] ")
-        if answer.strip().lower() not in ("y", "yes"):
+        if not output.confirm(f"Remove {', '.join(chosen)} from {len(inventory.hosts)} host(s)?"):
             output.stderr.print("Nothing changed.")
             return int(ExitCode.OK)
     removed = None
     if session:  # reverse lifecycle order: the Kubernetes side goes first
         removed = flow.uninstall(session)
         if opts.output != "json":
-            output.stdout.print(
-                f"Kubernetes: deleted {len(removed['deleted'])} object(s), removed gpustack's "
-                f"labels from {len(removed['unlabelled_nodes'])} node(s)"
-            )
-            for ref in removed["deleted"] if opts.verbose else []:
-                output.stdout.print(f"  deleted {ref}")
-            for ref in removed["kept"]:
-                output.stdout.print(f"  kept {ref}")
+            from gpustack.terminal.cluster_report import print_removed
+
+            print_removed(removed, opts.verbose)
     extra = {"components": chosen, **({"kubernetes": removed} if removed else {})}
     if not host_components:
-        doc = {"command": "uninstall", "exit_code": 0, **extra}
-        output.write_report(opts.report, doc)
-        if opts.output == "json":
-            output.print_json(doc)
+        output.emit({"command": "uninstall", "exit_code": 0, **extra}, opts.report, opts.output)
         return int(ExitCode.OK)
     opts.extra_vars = [
         *opts.extra_vars,
         json.dumps({"gpustack_uninstall_components": host_components}),
     ]
-    with host_locks(opts, inventory):
+    with playbook.host_locks(opts, inventory):
         result, *_ = _run(opts, "uninstall.yml", "gpustack uninstall")
     return _finish("uninstall", opts, result, extra)
 
@@ -403,14 +305,12 @@ def manifests(
     inventory: str, output_dir: str, servicemonitor: bool, limit: str | None, extra_vars: list[str]
 ) -> int:
     """Render from the inventory's and -e's gpustack_k8s_* settings; write YAML files."""
-    from gpustack import manifests as k8s
+    from gpustack.k8s import manifests as k8s
 
     extravars = parse_extra_vars(extra_vars)
     check_extra_vars(extravars)
     config = k8s.config_from_inventory(load_inventory(inventory, limit), extravars)
     target = Path(output_dir).expanduser()
     written = k8s.write_manifests(k8s.render(config, servicemonitor=servicemonitor), target)
-    output.stdout.print(f"Wrote {len(written)} manifests to {target}:")
-    for path in sorted(written):
-        output.stdout.print(f"  {path.name}")
+    output.print_written(f"Wrote {len(written)} manifests to {target}:", written)
     return int(ExitCode.OK)

@@ -12,7 +12,8 @@ the role). They never belong in what gpustack prints or stores:
   environment at once, so neither ansible-playbook's environment nor ansible-runner's
   `artifacts/*/command` (which records the full environment) ever holds them.
 * `split_extravars`: the variables that carry a secret are kept out of ansible-runner's
-  `env/extravars`; the runner hands them over in a 0600 file it deletes (gpustack/runner.py).
+  `env/extravars`; the runner hands them over in a 0600 file it deletes
+  (gpustack/ansible/runner.py).
 """
 
 from __future__ import annotations

@@ -38,15 +38,5 @@ class BadInput(GpustackError):
     exit_code = ExitCode.BAD_INPUT
 
 
-class NotImplementedYet(BadInput):
-    """A subcommand whose implementation has not landed yet."""
-
-    def __init__(self, command: str, issue: int):
-        super().__init__(
-            f"`gpustack {command}` is not implemented yet",
-            f"it is planned (issue {issue}); `gpustack doctor` and `gpustack install` work today",
-        )
-
-
 class LabError(GpustackError):
     """The local podman lab could not be brought up or down."""

@@ -10,12 +10,12 @@ ruff check .
 ruff format --check .
 echo "== ansible-lint (production profile)"
 ansible-lint --offline roles/ playbooks/ molecule/
-echo "== only runner.py imports ansible_runner"
-offenders=$(grep -rlE '^\s*(import|from) ansible_runner' gpustack | grep -v '^gpustack/runner.py$' || true)
+echo "== only gpustack/ansible/runner.py imports ansible_runner"
+offenders=$(grep -rlE '^\s*(import|from) ansible_runner' gpustack | grep -v '^gpustack/ansible/runner.py$' || true)
 [ -z "$offenders" ] || { echo "ansible_runner imported outside runner.py: $offenders"; exit 1; }
-echo "== only gpustack/cluster/ imports the kubernetes client"
-offenders=$(grep -rlE '^\s*(import|from) kubernetes(\s|\.|$)' gpustack | grep -v '^gpustack/cluster/' || true)
-[ -z "$offenders" ] || { echo "kubernetes imported outside gpustack/cluster/: $offenders"; exit 1; }
+echo "== only gpustack/k8s/cluster/ imports the kubernetes client"
+offenders=$(grep -rlE '^\s*(import|from) kubernetes(\s|\.|$)' gpustack | grep -v '^gpustack/k8s/cluster/' || true)
+[ -z "$offenders" ] || { echo "kubernetes imported outside gpustack/k8s/cluster/: $offenders"; exit 1; }
 echo "== unit tests"
 pytest -q tests
 echo "== upgrade makespan benchmark (simulated 200-node fleet; exits non-zero if its targets are missed)"

@@ -138,7 +138,7 @@ def expand(path: str, obj: dict[str, Any], container: str | None) -> str:
 
 
 def scenario_config(data: dict[str, Any], name: str):
-    from gpustack.manifests_config import ClusterConfig
+    from gpustack.k8s.manifests_config import ClusterConfig
 
     return ClusterConfig.from_vars(
         {f"gpustack_k8s_{k}": v for k, v in (data["scenarios"][name] or {}).items()}
@@ -152,7 +152,7 @@ def scenario_available(data: dict[str, Any], name: str) -> bool:
 
 def rendered_objects(data: dict[str, Any], name: str) -> dict[str, dict[str, Any]]:
     """`Kind/name` -> object for one scenario: every manifest plus one verification pod."""
-    from gpustack.manifests import render, render_verify_pod
+    from gpustack.k8s.manifests import render, render_verify_pod
 
     config = scenario_config(data, name)
     rendered = render(config, servicemonitor=True)
@@ -219,7 +219,7 @@ def mismatches(data: dict[str, Any]) -> tuple[list[str], int, list[str]]:
 
 
 def known_fields() -> set[str]:
-    from gpustack.manifests_config import ClusterConfig
+    from gpustack.k8s.manifests_config import ClusterConfig
 
     return set(ClusterConfig.model_fields)
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpustack import doctor
+from gpustack.driver_version import loaded_is_installed, upstream_version
 from gpustack.errors import ExitCode
-from gpustack.fleet import upstream
+from gpustack.fleet import doctor
 from gpustack.smoke import parse, stack
 from gpustack.smoke.model import (
     ABSENT,
@@ -86,7 +86,7 @@ def _driver_loaded(h: HostFacts) -> Check:
     phrase = doctor.driver_state(h.pf)
     detail = {"proc_driver_nvidia_version": h.smoke.get("proc_driver_version")}
     if h.loaded:
-        if h.installed and upstream(h.installed) != h.loaded:
+        if h.installed and not loaded_is_installed(h.installed, h.loaded):
             return Check("driver_loaded", FAIL, phrase, detail)
         note = "" if h.installed else " (no driver package: installed another way)"
         return Check("driver_loaded", PASS, phrase + note, detail)
@@ -205,7 +205,7 @@ def _fabric_manager(h: HostFacts) -> Check:
     if unit.get("ActiveState") != "active":
         state = f"{unit.get('ActiveState')}/{unit.get('SubState')}"
         return Check("fabric_manager", FAIL, f"nvidia-fabricmanager is {state}", detail)
-    versions = sorted({upstream(v) for v in fm.values()})
+    versions = sorted({upstream_version(v) for v in fm.values()})
     if h.loaded and versions and versions != [h.loaded]:
         return Check(
             "fabric_manager",

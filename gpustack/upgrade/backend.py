@@ -2,8 +2,8 @@
 
 `HostOnlyBackend` is for fleets without Kubernetes: there is nothing to cordon or evict, so
 those steps are recorded as no-ops and the durable state is the local state file alone.
-The Kubernetes backend lives in `gpustack/cluster/upgrade.py` (only gpustack/cluster/ talks to
-Kubernetes) and implements the same protocol.
+The Kubernetes backend lives in `gpustack/k8s/cluster/upgrade.py` (only gpustack/k8s/cluster/
+talks to Kubernetes) and implements the same protocol.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from gpustack.upgrade.runtime import Clock
+from gpustack.upgrade.executors import Clock
 
 
 class StepFailed(Exception):

@@ -3,27 +3,25 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from gpustack import credentials, output
-from gpustack.config import DriverInputs, check_extra_vars
+from gpustack.ansible.input_formats import DriverInputs
+from gpustack.ansible.invocation import check_output, check_writable, invocation, user_extravars
+from gpustack.ansible.playbook import host_locks
 from gpustack.errors import BadInput, ExitCode
-from gpustack.extravars import parse_extra_vars
-from gpustack.inventory import load_inventory
+from gpustack.terminal import output
+from gpustack.terminal.upgrade_view import UpgradeLive, counts, node_rows, print_plan, print_summary
 from gpustack.upgrade.backend import HostOnlyBackend, StepOptions
+from gpustack.upgrade.executors import ThreadExecutor
 from gpustack.upgrade.orchestrator import Orchestrator, RolloutPolicy, RolloutResult
 from gpustack.upgrade.planner import Limits, NodeView, plan_batches, resolve_max_unavailable
-from gpustack.upgrade.runtime import ThreadExecutor
 from gpustack.upgrade.session import open_run
 from gpustack.upgrade.state import FileStateStore, Target, UpgradeRun, state_path_for
-from gpustack.upgrade.view import UpgradeLive, counts, node_rows, print_plan, print_summary
 
 
 @dataclass
@@ -84,21 +82,14 @@ def _target(opts: UpgradeOptions, extravars: dict[str, Any]) -> Target:
     return Target(version=version, branch=branch if not version else "")
 
 
-def _check_writable(report: str) -> None:
-    from gpustack.commands import _check_writable as check
-
-    check(report)
-
-
 def run_upgrade(opts: UpgradeOptions, upgrader_factory=None) -> int:
     """Exit code of `gpustack upgrade`. `upgrader_factory` lets tests inject a host upgrader."""
-    if opts.output not in ("text", "json"):
-        raise BadInput(f"unknown --output {opts.output!r}", "use --output text or --output json")
+    check_output(opts.output)
     if opts.report:
-        _check_writable(opts.report)
+        check_writable(opts.report)
     if opts.retry_failed and not opts.resume:
         raise BadInput("--retry-failed only applies with --resume", "add --resume")
-    extravars = {**credentials.environment_inputs(), **parse_extra_vars(opts.extra_vars)}
+    extravars = user_extravars(opts.extra_vars)
     target = _target(opts, extravars)
     if opts.driver_version:
         extravars["nvidia_driver_version"] = target.version
@@ -106,21 +97,21 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None) -> int:
         extravars["nvidia_driver_branch"] = target.branch
     # The node is drained: loading the new driver by a reboot, when needed, is safe now.
     extravars.setdefault("nvidia_driver_reboot", "if_needed")
-    check_extra_vars(extravars)
-    inventory = load_inventory(opts.inventory, opts.limit)
+    # the same checks as every command: role inputs of -e and of the inventory, kubeconfig
+    inventory, extravars, kubeconfig = invocation(
+        opts.inventory,
+        opts.limit,
+        extravars,
+        opts.kubeconfig,
+        "pass the path of a kubeconfig file, or leave --kubeconfig out for a host-only fleet",
+    )
     limits = Limits(
         resolve_max_unavailable(opts.max_unavailable, len(inventory.hosts)), opts.max_parallel
     )
-    kubeconfig = opts.kubeconfig or os.environ.get("KUBECONFIG")
-    if opts.kubeconfig and not Path(opts.kubeconfig).expanduser().is_file():
-        raise BadInput(
-            f"kubeconfig {opts.kubeconfig} does not exist",
-            "pass the path of a kubeconfig file, or leave --kubeconfig out for a host-only fleet",
-        )
     backend = _backend(kubeconfig, inventory, extravars)
     # The state is read under the host locks: a second run (e.g. two --resume) waits or is
-    # refused before it reads a record the first is still writing (gpustack/locks.py).
-    with _host_locks(opts, inventory):
+    # refused before it reads a record the first is still writing (gpustack/ansible/locks.py).
+    with host_locks(opts, inventory, check=opts.dry_run):
         store = FileStateStore(state_path_for(inventory.path))
         existing = store.load()
         label_states = (
@@ -177,7 +168,7 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None) -> int:
             upgrade_host,
             policy,
             ThreadExecutor(opts.max_parallel),
-            confirm=_confirm if sys.stdin.isatty() and not opts.yes else None,
+            confirm=output.confirm if sys.stdin.isatty() and not opts.yes else None,
         )
         orch.activity = activity
         title = f"gpustack upgrade → {target.describe()}"
@@ -188,32 +179,13 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None) -> int:
         return _finish(opts, run, orch, result, store.path, limits)
 
 
-def _host_locks(opts: UpgradeOptions, inventory):
-    from gpustack import locks
-
-    if opts.dry_run:
-        return contextlib.nullcontext()
-
-    def waiting(busy) -> None:
-        output.stderr.print(f"Waiting: {locks.refusal(busy).message}", soft_wrap=True)
-
-    return locks.hold(inventory, locks.command_line(), wait=opts.wait, on_wait=waiting)
-
-
 def _backend(kubeconfig: str | None, inventory, extravars):
     if not kubeconfig:
         return HostOnlyBackend()
-    from gpustack.cluster.upgrade import KubernetesBackend  # only gpustack/cluster talks to k8s
+    # only gpustack/k8s/cluster talks to Kubernetes
+    from gpustack.k8s.cluster.upgrade import KubernetesBackend
 
     return KubernetesBackend.from_kubeconfig(kubeconfig, inventory, extravars)
-
-
-def _confirm(question: str) -> bool:
-    try:
-        answer = input(f"{question} [y/N] ")
-    except EOFError:
-        return False
-    return answer.strip().lower() in ("y", "yes")
 
 
 @contextlib.contextmanager
@@ -271,11 +243,7 @@ def _dry_run(opts, run, targets, backend, policy, state_file) -> int:
     measured = sum(1 for v in views if v.expected is not None)
     doc.update({"dry_run": True, "plan": plan, "status": "planned", "exit_code": 0,
                 "measured_nodes": measured})  # fmt: skip
-    output.write_report(opts.report, doc)
-    if opts.output == "json":
-        output.print_json(doc)
-    else:
-        print_plan(doc)
+    output.emit(doc, opts.report, opts.output, lambda: print_plan(doc))
     return int(ExitCode.OK)
 
 
@@ -302,9 +270,5 @@ def _finish(opts, run, orch, result: RolloutResult, state_file, limits) -> int:
     doc.update(
         {"dry_run": False, "status": result.status, "message": message, "exit_code": int(code)}
     )
-    output.write_report(opts.report, doc)
-    if opts.output == "json":
-        output.print_json(doc)
-    else:
-        print_summary(doc)
+    output.emit(doc, opts.report, opts.output, lambda: print_summary(doc))
     return int(code)

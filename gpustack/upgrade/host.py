@@ -1,4 +1,4 @@
-"""The real host upgrader: the driver role on one host, through gpustack.runner."""
+"""The real host upgrader: the driver role on one host, through gpustack.ansible.runner."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from gpustack.inventory import Inventory
+from gpustack.ansible.inventory import Inventory
 from gpustack.upgrade.backend import HostOutcome
 
 PLAYBOOK = "upgrade.yml"  # gpu_preflight + nvidia_driver
@@ -28,7 +28,9 @@ class AnsibleHostUpgrader:
         self.activity = activity if activity is not None else {}
 
     def __call__(self, host: str, cancel: Callable[[], bool], clock=None) -> HostOutcome:
-        from gpustack import runner  # ansible-runner is imported only when hosts are contacted
+        from gpustack.ansible import (
+            runner,  # ansible-runner is imported only when hosts are contacted
+        )
 
         one_host = dataclasses.replace(self.inventory, hosts=[host])
         spec = runner.build_run_spec(PLAYBOOK, one_host, self.extravars, verbosity=self.verbose)

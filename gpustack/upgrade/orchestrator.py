@@ -22,6 +22,7 @@ from gpustack.upgrade.backend import (
     StepFailed,
     StepOptions,
 )
+from gpustack.upgrade.executors import Clock
 from gpustack.upgrade.planner import (
     Limits,
     NodeView,
@@ -29,7 +30,6 @@ from gpustack.upgrade.planner import (
     is_candidate,
     select_batch,
 )
-from gpustack.upgrade.runtime import Clock
 from gpustack.upgrade.state import (
     IN_PROGRESS,
     MemoryStateStore,
@@ -90,7 +90,7 @@ def check_host(target: Target, outcome: HostOutcome) -> str:
     if not driver.get("held"):
         return f"driver {installed} is installed but not held"
     state = str(driver.get("state", ""))
-    if "reboot required" in state:
+    if str(driver.get("reboot_required")).lower() in ("true", "1", "yes"):  # the role's boolean
         return (
             f"driver {installed} installed but not loaded ({state}); allow a reboot with "
             "-e nvidia_driver_reboot=if_needed, or reboot the node and --resume --retry-failed"

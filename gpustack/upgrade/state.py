@@ -18,6 +18,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from gpustack.driver_version import on_branch, same_version
 from gpustack.errors import BadInput
 from gpustack.paths import state_root
 
@@ -71,10 +72,9 @@ class Target:
     def matches(self, installed: str | None) -> bool:
         if not installed:
             return False
-        if self.version:
-            return installed == self.version
-        bare = re.sub(r"^[0-9]+:", "", installed)
-        return bare.startswith(self.branch + ".")
+        if self.version:  # an epoch on one side only is the same version, as `status` says
+            return same_version(installed, self.version)
+        return on_branch(installed, self.branch)
 
 
 @dataclass

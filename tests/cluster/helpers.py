@@ -12,8 +12,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from gpustack.inventory import Inventory, load_inventory
-from gpustack.results import HostResult, RunResult
+from gpustack.ansible.inventory import Inventory, load_inventory
+from gpustack.ansible.results import HostResult, RunResult
 from tests.cluster.emulator import ClusterEmulator, NodeHardware
 
 DRIVER = "580.95.05"
@@ -70,7 +70,7 @@ def run_result(facts: dict[str, dict], failed: tuple[str, ...] = ()) -> RunResul
     for name, host_facts in facts.items():
         host = HostResult(name=name, ok=3, started=True, facts=host_facts)
         if name in failed:
-            from gpustack.results import TaskFailure
+            from gpustack.ansible.results import TaskFailure
 
             host.failed = 1
             host.failures.append(TaskFailure("Install the driver", "nvidia_driver", "apt failed"))

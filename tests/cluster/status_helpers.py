@@ -7,8 +7,8 @@ manifests gpustack renders; whether one is ready follows from the node's SIMULAT
 
 from __future__ import annotations
 
-from gpustack.cluster.status import UPGRADE_STATE_LABEL
-from gpustack.manifests import ClusterConfig, render
+from gpustack.k8s.cluster.status import UPGRADE_STATE_LABEL
+from gpustack.k8s.manifests import ClusterConfig, render
 from tests.cluster.emulator import NodeHardware
 from tests.cluster.helpers import uuids_for
 

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from gpustack.manifests import ClusterConfig, render
+from gpustack.k8s.manifests import ClusterConfig, render
 from tests.cluster.emulator import NodeHardware, PodFate
 from tests.cluster.helpers import uuids_for
 

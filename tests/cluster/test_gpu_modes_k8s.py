@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpustack.cluster import flow
+from gpustack.k8s.cluster import flow
 from tests.cluster.helpers import gpu_cluster, gpu_facts, inventory, run_result, verify_pods
 
 NS = "gpustack-system"

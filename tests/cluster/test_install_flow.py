@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpustack.cluster import flow
+from gpustack.k8s.cluster import flow
 from tests.cluster.helpers import (
     gpu_cluster,
     gpu_facts,

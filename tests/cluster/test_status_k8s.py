@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import re
 
-from gpustack.cluster import status as cluster_status
-from gpustack.cluster.nodes import NodeMatch
+from gpustack.k8s.cluster import status as cluster_status
+from gpustack.k8s.cluster.nodes import NodeMatch
 from tests.cluster.status_helpers import gpu_node, install_device_plugin
 from tests.conftest import run_cli
 from tests.unit.test_status import facts
@@ -99,7 +99,7 @@ def test_status_reads_nodes_and_plugin_pods_with_list_calls(
 
 def test_kubernetes_drift_for_a_gpu_node():
     gpu = facts(gpus=1, loaded="535.261.03")
-    from gpustack import fleet
+    from gpustack.fleet import status as fleet
 
     ok = fleet.node_status("h", gpu, {"node": "n", "allocatable_gpus": 1, "device_plugin_ready": True},
                            k8s_expected=True)  # fmt: skip
@@ -117,7 +117,7 @@ def test_pagination_follows_continue_tokens(cluster, kubeconfig, tmp_path):
     for name in names:
         gpu_node(em, name, 8)
     install_device_plugin(em)
-    from gpustack.inventory import load_inventory
+    from gpustack.ansible.inventory import load_inventory
 
     inv = tmp_path / "big.ini"
     inv.write_text("[gpu_nodes]\n" + "\n".join(names) + "\n")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpustack.cluster import connect, flow
 from gpustack.errors import BadInput
+from gpustack.k8s.cluster import connect, flow
 from tests.cluster.helpers import gpu_cluster, gpu_facts, inventory, run_result, verify_pods
 from tests.conftest import run_cli, runs_started
 

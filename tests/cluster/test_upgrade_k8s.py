@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import threading
 
-from gpustack.cluster.connect import connect
-from gpustack.cluster.upgrade import ADMIN_ANNOTATION, REASON_ANNOTATION, KubernetesBackend
+from gpustack.k8s.cluster.connect import connect
+from gpustack.k8s.cluster.upgrade import ADMIN_ANNOTATION, REASON_ANNOTATION, KubernetesBackend
 from gpustack.upgrade.backend import StepOptions
 from gpustack.upgrade.command import UpgradeOptions, run_upgrade
+from gpustack.upgrade.executors import ThreadExecutor
 from gpustack.upgrade.orchestrator import Orchestrator, RolloutPolicy
 from gpustack.upgrade.planner import Limits, resolve_max_unavailable
-from gpustack.upgrade.runtime import ThreadExecutor
 from gpustack.upgrade.session import open_run
 from gpustack.upgrade.state import (
     SKIP_LABEL,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpustack.cluster import flow
+from gpustack.k8s.cluster import flow
 from tests.cluster.emulator import SERVICEMONITOR_CRD, PodFate
 from tests.cluster.helpers import (
     gpu_cluster,

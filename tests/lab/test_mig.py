@@ -18,8 +18,8 @@ import time
 
 import pytest
 
-from gpustack import runner
-from gpustack.inventory import load_inventory
+from gpustack.ansible import runner
+from gpustack.ansible.inventory import load_inventory
 from tests.conftest import run_cli
 from tests.fixtures import mig
 from tests.lab.test_lab import ssh

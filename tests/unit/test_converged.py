@@ -9,10 +9,12 @@ import shutil
 
 import pytest
 
-from gpustack import converged, fastpath, paths
+from gpustack import paths
+from gpustack.ansible.inventory import Inventory
+from gpustack.ansible.results import HostResult, RunResult
 from gpustack.commands import HostOptions
-from gpustack.inventory import Inventory
-from gpustack.results import HostResult, RunResult
+from gpustack.fleet import converged
+from gpustack.fleet import converged_run as fastpath
 from tests.unit.host_modules import utils
 
 module = utils("gpustack_stamps")

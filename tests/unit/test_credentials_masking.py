@@ -9,8 +9,11 @@ import stat
 
 import pytest
 
-from gpustack import converged, credentials, output, runner
+from gpustack import credentials
+from gpustack.ansible import runner
 from gpustack.errors import BadInput
+from gpustack.fleet import converged
+from gpustack.terminal import output
 from tests.unit.test_driver_filters import load
 
 repo_filters = load("roles/apt_signed_repo/filter_plugins/apt_signed_repo.py", "asr_filters")

@@ -1,4 +1,4 @@
-from gpustack import doctor
+from gpustack.fleet import doctor
 
 
 def facts(**over):

@@ -1,7 +1,7 @@
 import pytest
 
+from gpustack.ansible.extravars import parse_extra_vars
 from gpustack.errors import BadInput, ExitCode
-from gpustack.extravars import parse_extra_vars
 
 
 def test_key_value_pairs_are_strings_and_later_wins():

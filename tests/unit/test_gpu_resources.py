@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpustack.cluster import gpu_resources
-from gpustack.cluster.verify import compare_uuids, smi_mig_uuids, smi_uuids
+from gpustack.k8s.cluster import gpu_resources
+from gpustack.k8s.cluster.verify import compare_uuids, smi_mig_uuids, smi_uuids
 
 
 def node(**allocatable):

@@ -1,7 +1,7 @@
 import pytest
 
+from gpustack.ansible.inventory import load_inventory
 from gpustack.errors import BadInput
-from gpustack.inventory import load_inventory
 
 
 def write(tmp_path, name, text):

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from gpustack import lab
 from gpustack.errors import LabError
+from gpustack.lab import podman as lab
 
 
 def _tree(tmp_path: Path, layout: str) -> str:

@@ -15,7 +15,7 @@ def test_only_runner_imports_ansible_runner():
         for path in (ROOT / "gpustack").rglob("*.py")
         if IMPORT.search(path.read_text())
     )
-    assert users == ["gpustack/runner.py"]
+    assert users == ["gpustack/ansible/runner.py"]
 
 
 def test_every_role_has_argument_specs_and_defaults():

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from gpustack.errors import BadInput
-from gpustack.manifests import (
+from gpustack.k8s.manifests import (
     COMMON_LABELS,
     ClusterConfig,
     manifest_filename,
@@ -431,7 +431,7 @@ def test_manifest_modules_do_not_import_the_kubernetes_client():
 
     import gpustack
 
-    package = Path(gpustack.__file__).parent
+    package = Path(gpustack.__file__).parent / "k8s"
     for module in ["manifests.py", *(p.name for p in package.glob("manifests_*.py"))]:
         tree = ast.parse((package / module).read_text())
         for node in ast.walk(tree):

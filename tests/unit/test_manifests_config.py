@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from gpustack.errors import BadInput, ExitCode
-from gpustack.manifests import (
+from gpustack.k8s.manifests import (
     ClusterConfig,
     check_output_dir,
     config_from_inventory,
@@ -267,7 +267,7 @@ def test_output_dir_that_is_a_file(tmp_path):
 
 
 def _inventory_dir(path, n2_vars=None):
-    from gpustack.inventory import load_inventory
+    from gpustack.ansible.inventory import load_inventory
 
     path.mkdir()
     (path / "group_vars").mkdir()

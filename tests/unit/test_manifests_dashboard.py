@@ -6,7 +6,7 @@ import json
 import re
 
 from gpustack import paths
-from gpustack.manifests import default_counters
+from gpustack.k8s.manifests import default_counters
 
 DASHBOARD = paths.templates_dir() / "grafana" / "gpustack-gpus.json"
 METRIC = re.compile(r"\bDCGM_FI_[A-Z0-9_]+\b")

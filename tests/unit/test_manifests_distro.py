@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from gpustack.errors import BadInput
-from gpustack.manifests import ClusterConfig, render, render_verify_pod, to_yaml
+from gpustack.k8s.manifests import ClusterConfig, render, render_verify_pod, to_yaml
 
 K8S_VERSIONS = ("1.35.0", "1.36.0", "1.37.0")
 DISTRO = {
@@ -259,7 +259,7 @@ def test_every_setting_is_documented():
 
 
 def test_runtime_class_must_name_the_runtime_the_hosts_register():
-    from gpustack.manifests import config_from_inventory
+    from gpustack.k8s.manifests import config_from_inventory
 
     hosts = {"gpu1": {}, "gpu2": {"container_runtime_nvidia_name": "nvidia-cdi"}}
     with pytest.raises(BadInput) as caught:
@@ -278,8 +278,8 @@ def test_runtime_class_must_name_the_runtime_the_hosts_register():
 
 
 def test_runtime_name_is_read_from_group_vars_as_a_play_reads_it(tmp_path):
-    from gpustack.inventory import load_inventory
-    from gpustack.manifests import config_from_inventory
+    from gpustack.ansible.inventory import load_inventory
+    from gpustack.k8s.manifests import config_from_inventory
 
     (tmp_path / "group_vars").mkdir()
     (tmp_path / "group_vars" / "all.yml").write_text("container_runtime_nvidia_name: nvidia-cdi\n")

@@ -22,8 +22,11 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from gpustack import doctor, fleet, fleet_view, locks
-from gpustack.inventory import Inventory
+from gpustack.ansible import locks
+from gpustack.ansible.inventory import Inventory
+from gpustack.fleet import doctor
+from gpustack.fleet import status as fleet
+from gpustack.terminal import fleet_view
 from tests.conftest import ROOT, run_cli, runs_started
 from tests.unit.host_modules import utils
 from tests.unit.test_driver_filters import load
@@ -51,8 +54,8 @@ def inventory(tmp_path):
 # --- host locks --------------------------------------------------------------------------------
 HOLDER = textwrap.dedent("""\
     import sys, time
-    from gpustack import locks
-    from gpustack.inventory import load_inventory
+    from gpustack.ansible import locks
+    from gpustack.ansible.inventory import load_inventory
     inv = load_inventory(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)
     with locks.hold(inv, "gpustack install " + sys.argv[1]):
         print("held", flush=True)
@@ -84,7 +87,7 @@ def test_second_run_on_the_same_hosts_is_refused_naming_the_first(inventory, sta
 
 
 def test_a_killed_run_releases_its_lock_and_wait_takes_it_over(inventory, state_dir):
-    from gpustack.inventory import load_inventory
+    from gpustack.ansible.inventory import load_inventory
 
     first = _holder(inventory, state_dir)
     inv = load_inventory(inventory)
@@ -97,7 +100,7 @@ def test_a_killed_run_releases_its_lock_and_wait_takes_it_over(inventory, state_
 
 
 def test_wait_blocks_until_the_holder_ends(inventory, state_dir):
-    from gpustack.inventory import load_inventory
+    from gpustack.ansible.inventory import load_inventory
 
     first = _holder(inventory, state_dir)
     inv = load_inventory(inventory)
@@ -116,7 +119,7 @@ def test_wait_blocks_until_the_holder_ends(inventory, state_dir):
 
 
 def test_disjoint_hosts_do_not_block_and_locks_key_on_the_address(inventory, state_dir):
-    from gpustack.inventory import load_inventory
+    from gpustack.ansible.inventory import load_inventory
 
     first = _holder(inventory, state_dir, limit="n1")
     try:
@@ -141,7 +144,8 @@ def test_read_only_commands_take_no_lock(inventory, state_dir):
             "plan", str(inventory), "--limit", "!!![", env={"GPUSTACK_STATE_DIR": str(state_dir)}
         )
         assert "another gpustack run" not in proc.stderr  # input errors come first, no lock
-        from gpustack.commands import HostOptions, host_locks
+        from gpustack.ansible.playbook import host_locks
+        from gpustack.commands import HostOptions
 
         with host_locks(HostOptions(inventory=str(inventory)), None, check=True):
             pass  # check mode (plan, install --check): nothing to lock
@@ -154,7 +158,7 @@ def test_read_only_commands_take_no_lock(inventory, state_dir):
 GUARDED = textwrap.dedent("""\
     import subprocess, sys, time
     # stands in for gpustack: starts the guard (as ansible-runner would) and then dies
-    child = subprocess.Popen([sys.executable, "-m", "gpustack.childguard", sys.executable, "-c",
+    child = subprocess.Popen([sys.executable, "-m", "gpustack.ansible.childguard", sys.executable, "-c",
         "import subprocess,sys,time; subprocess.Popen([sys.executable,'-c','import time; time.sleep(600)']); time.sleep(600)"],
         start_new_session=True)
     print(child.pid, flush=True)
@@ -190,7 +194,7 @@ def test_children_die_with_a_sigkilled_controller():
 
 
 def test_guard_passes_the_exit_code_through():
-    proc = subprocess.run([sys.executable, "-m", "gpustack.childguard", "sh", "-c", "exit 7"], cwd=ROOT)  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "gpustack.ansible.childguard", "sh", "-c", "exit 7"], cwd=ROOT)  # fmt: skip
     assert proc.returncode == 7
 
 
@@ -223,7 +227,7 @@ def test_malformed_or_unmatched_limits_are_refused(inventory, state_dir, pattern
 @pytest.mark.parametrize(("pattern", "hosts"), [("n1", ["n1"]), ("n*,!n2", ["n1", "n3"]),
                                                 ("gpu_nodes:&n3", ["n3"]), ("~n[12]", ["n1", "n2"])])  # fmt: skip
 def test_valid_limits_still_work(inventory, pattern, hosts):
-    from gpustack.inventory import load_inventory
+    from gpustack.ansible.inventory import load_inventory
 
     assert load_inventory(inventory, pattern).hosts == hosts
 
@@ -374,7 +378,7 @@ def test_status_and_the_fast_path_treat_a_lost_restart_as_drift():
     assert row.drift == ["containerd: restart pending (gpustack wrote its files, no restart since)",
                          "containerd runs another configuration than its files: runtime 'nvidia' is in the files but not loaded"]  # fmt: skip
     assert row.runtime["restart_needed"] is True
-    from gpustack import converged
+    from gpustack.fleet import converged
 
     decision = converged.decide("n1", {**data, "gpustack_converged_probe": {"stamps": {}}}, "x")
     assert any("restart pending" in r for r in decision.reasons)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from gpustack.plan_summary import parse_apt_simulation, summarize
-from gpustack.results import RunTracker, TaskChange
+from gpustack.ansible.results import RunTracker, TaskChange
+from gpustack.fleet.plan_summary import parse_apt_simulation, summarize
 from tests.conftest import run_cli
 
 # What `apt-get --simulate install nvidia-smi=535.309.01-0+deb12u1 ...` prints (apt 2.6).

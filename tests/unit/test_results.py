@@ -1,5 +1,5 @@
+from gpustack.ansible.results import RunResult, RunTracker
 from gpustack.errors import ExitCode
-from gpustack.results import RunResult, RunTracker
 
 
 def ev(kind, host=None, **data):

@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from gpustack import runner
+from gpustack.ansible import runner
 
 
 def test_prune_keeps_the_newest_and_any_recent_run(state_dir):

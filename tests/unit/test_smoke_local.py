@@ -5,7 +5,7 @@ import json
 import os
 import sys
 
-from gpustack import inventory
+from gpustack.ansible import inventory
 from tests.conftest import ROOT, run_cli, runs_started
 from tests.unit.test_smoke_fixtures import validate_capture
 

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpustack import fleet
+from gpustack.fleet import status as fleet
 from tests.conftest import run_cli, runs_started
 from tests.unit.host_modules import utils
 

@@ -9,10 +9,10 @@ import random
 
 import pytest
 
-from gpustack.cluster import nodes, status
-from gpustack.cluster.flow import Session
 from gpustack.errors import GpustackError
-from gpustack.manifests import ClusterConfig
+from gpustack.k8s.cluster import nodes, status
+from gpustack.k8s.cluster.flow import Session
+from gpustack.k8s.manifests import ClusterConfig
 
 
 def node(name: str, hostname: str | None = None, ip: str | None = None) -> dict:
@@ -86,7 +86,7 @@ def test_matching_reads_each_node_once_however_many_hosts_are_missing(monkeypatc
 
 
 class FakeCluster:
-    """TEST DOUBLE for gpustack.cluster.connect.Cluster: list answers from memory."""
+    """TEST DOUBLE for gpustack.k8s.cluster.connect.Cluster: list answers from memory."""
 
     def __init__(self, fail: str = ""):
         self.fail = fail

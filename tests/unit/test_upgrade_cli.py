@@ -188,12 +188,12 @@ def test_state_path_is_stable_per_inventory(inv, state_dir, tmp_path):
 def test_live_view_renders_batches_and_nodes(inv, state_dir):
     from rich.console import Console
 
+    from gpustack.terminal.upgrade_view import UpgradeLive
     from gpustack.upgrade.backend import HostOnlyBackend
+    from gpustack.upgrade.executors import ThreadExecutor
     from gpustack.upgrade.orchestrator import Orchestrator, RolloutPolicy
     from gpustack.upgrade.planner import Limits
-    from gpustack.upgrade.runtime import ThreadExecutor
     from gpustack.upgrade.state import MemoryStateStore, NodeRecord, Target, UpgradeRun
-    from gpustack.upgrade.view import UpgradeLive
 
     run = UpgradeRun("inv", Target(version=NEW), "host-only")
     run.nodes = {n: NodeRecord(n) for n in ("a", "b", "c")}

@@ -9,9 +9,9 @@ import threading
 import pytest
 
 from gpustack.upgrade.backend import HostOnlyBackend, HostOutcome, StepOptions
+from gpustack.upgrade.executors import SimulatedExecutor, ThreadExecutor
 from gpustack.upgrade.orchestrator import Orchestrator, RolloutPolicy, check_host
 from gpustack.upgrade.planner import Limits
-from gpustack.upgrade.runtime import SimulatedExecutor, ThreadExecutor
 from gpustack.upgrade.state import (
     FileStateStore,
     MemoryStateStore,
@@ -161,7 +161,11 @@ def test_check_host_rules():
     ok = {"installed_version": NEW, "held": True, "state": "loaded 535.309.01"}
     assert check_host(target, HostOutcome(True, driver=ok)) == ""
     assert "published no gpustack_driver" in check_host(target, HostOutcome(True))
-    reboot = {**ok, "state": "installed, loaded 535.261.03: reboot required"}
+    reboot = {
+        **ok,
+        "state": "installed, loaded 535.261.03: reboot required",
+        "reboot_required": True,
+    }
     assert "nvidia_driver_reboot=if_needed" in check_host(target, HostOutcome(True, driver=reboot))
     branch = Target(branch="535")
     assert check_host(branch, HostOutcome(True, driver=ok)) == ""

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from gpustack.upgrade.backend import HostOnlyBackend, HostOutcome, NodeCondition, StepOptions
+from gpustack.upgrade.executors import SimulatedExecutor, ThreadExecutor
 from gpustack.upgrade.orchestrator import Orchestrator, RolloutPolicy
 from gpustack.upgrade.planner import Limits, NodeView, plan_batches, select_batch
-from gpustack.upgrade.runtime import SimulatedExecutor, ThreadExecutor
 from gpustack.upgrade.session import open_run
 from gpustack.upgrade.state import (
     FileStateStore,

@@ -62,7 +62,7 @@ def test_a_changed_value_is_caught():
 
 def test_a_changed_template_is_caught(monkeypatch):
     """A template that renders something else for a recorded field fails the comparison."""
-    from gpustack import manifests
+    from gpustack.k8s import manifests
 
     original = manifests._render_template
 

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 """Converged-host stamps: what a host role left on a host (written by gpustack_converged at the
 end of a role's successful run) and every difference the host shows now (read by
-gpustack_host_probe, section converged). The CLI decides from them (gpustack/converged.py).
+gpustack_host_probe, section converged). The CLI decides from them (gpustack/fleet/converged.py).
 """
 
 from __future__ import absolute_import, division, print_function

@@ -1,20 +1,34 @@
 # -*- coding: utf-8 -*-
 """Pure helpers of the nvidia_driver role: repository paths, version resolution, unload order.
 
-Kept free of Ansible imports at module level (except the error type) so unit tests can load
-this file directly.
+Filter plugins run on the controller: version parsing, comparison and resolution come from
+gpustack/driver_version.py, shared with the CLI. Kept free of Ansible imports at module level
+(except the error type) so unit tests can load this file directly.
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import re
+import os
+import sys
 
 try:
     from ansible.errors import AnsibleFilterError
 except ImportError:  # pragma: no cover - only without ansible-core
     AnsibleFilterError = ValueError
+
+try:
+    from gpustack import driver_version
+except ImportError:  # the source checkout, run by an ansible-playbook without gpustack installed
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../.."))
+    from gpustack import driver_version
+
+# The one driver-version vocabulary (gpustack/driver_version.py), under the names the role uses.
+debian_version_compare = driver_version.compare
+upstream_version = driver_version.upstream_version
+driver_branch = driver_version.branch_of
+nvrm_version = driver_version.nvrm_version
 
 RHEL_LIKE = ("rhel", "centos", "rocky", "almalinux", "ol")
 ARCH_DIRS = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "sbsa", "arm64": "sbsa"}
@@ -43,100 +57,12 @@ def cuda_repo_path(os_id, version_id, arch):
     return "%s/%s" % (dist, arch_dir)
 
 
-def _split(version):
-    epoch, _, rest = version.rpartition(":") if ":" in version else ("0", "", version)
-    upstream, _, revision = rest.rpartition("-") if "-" in rest else (rest, "", "0")
-    return int(epoch or 0), upstream, revision
-
-
-def _order(char):
-    if char == "~":
-        return -1
-    if char.isalpha():
-        return ord(char)
-    return ord(char) + 256 if char else 0
-
-
-def _compare_part(a, b):
-    """dpkg's verrevcmp: alternate non-digit and digit runs."""
-    while a or b:
-        na = re.match(r"^[^0-9]*", a).group(0)
-        nb = re.match(r"^[^0-9]*", b).group(0)
-        for i in range(max(len(na), len(nb))):
-            ca = _order(na[i] if i < len(na) else "")
-            cb = _order(nb[i] if i < len(nb) else "")
-            if ca != cb:
-                return -1 if ca < cb else 1
-        a, b = a[len(na) :], b[len(nb) :]
-        da = re.match(r"^[0-9]*", a).group(0)
-        db = re.match(r"^[0-9]*", b).group(0)
-        if int(da or 0) != int(db or 0):
-            return -1 if int(da or 0) < int(db or 0) else 1
-        a, b = a[len(da) :], b[len(db) :]
-    return 0
-
-
-def debian_version_compare(a, b):
-    """-1, 0 or 1 as dpkg --compare-versions would say."""
-    ea, ua, ra = _split(a)
-    eb, ub, rb = _split(b)
-    if ea != eb:
-        return -1 if ea < eb else 1
-    return _compare_part(ua, ub) or _compare_part(ra, rb)
-
-
-def upstream_version(version):
-    """'535.261.03' from '535.261.03-1', '3:580.95.05-1ubuntu1' or '580.95.05-1.el9'."""
-    if not version:
-        return ""
-    return _split(str(version))[1]
-
-
-def driver_branch(version):
-    return upstream_version(version).split(".")[0] if version else ""
-
-
 def resolve_version(available, branch="", version="", source="distro"):
     """Pick the exact package version to install, or fail with a message that helps."""
-    available = [v for v in (available or []) if v]
-    branch = str(branch or "").strip()
-    version = str(version or "").strip()
-    if version and branch and driver_branch(version) != branch:
-        raise AnsibleFilterError(
-            "nvidia_driver_version %s is not on branch %s; set one or make them agree"
-            % (version, branch)
-        )
-    if not available:
-        raise AnsibleFilterError(
-            "no NVIDIA driver package is available from source %r (repository unreachable or "
-            "component not enabled?)" % source
-        )
-    listing = ", ".join(sorted(set(available), key=_SortKey, reverse=True)[:8])
-    if version:
-        if version in available:
-            return version
-        raise AnsibleFilterError(
-            "NVIDIA driver version %s is not available from source %r; available: %s"
-            % (version, source, listing)
-        )
-    candidates = [v for v in available if not branch or driver_branch(v) == branch]
-    if not candidates:
-        raise AnsibleFilterError(
-            "no NVIDIA driver on branch %s from source %r; available: %s"
-            % (branch, source, listing)
-        )
-    return sorted(candidates, key=_SortKey)[-1]
-
-
-class _SortKey(object):
-    def __init__(self, version):
-        self.version = version
-
-    def __lt__(self, other):
-        return debian_version_compare(self.version, other.version) < 0
-
-    def __eq__(self, other):
-        return debian_version_compare(self.version, other.version) == 0
+    try:
+        return driver_version.resolve(available, branch, version, source)
+    except driver_version.VersionError as exc:
+        raise AnsibleFilterError(str(exc)) from None
 
 
 def madison_versions(text):
@@ -160,12 +86,6 @@ def unload_order(modules):
         return 9
 
     return sorted(names, key=lambda n: (rank(n), n))
-
-
-def nvrm_version(text):
-    """Loaded driver version from /proc/driver/nvidia/version ('' when none is loaded)."""
-    match = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)", text or "")
-    return match.group(1) if match else ""
 
 
 def smi_gpus(text):
@@ -215,7 +135,9 @@ def companion_versions(madison, companions, target, source="distro"):
             if target in versions:
                 found[name] = target
             continue
-        same = sorted((v for v in versions if driver_branch(v) == branch), key=_SortKey)
+        same = sorted(
+            (v for v in versions if driver_branch(v) == branch), key=driver_version.sort_key
+        )
         upstream = upstream_version(target)
         exact = [v for v in same if upstream_version(v) == upstream]
         older = [v for v in same if debian_version_compare(upstream_version(v), upstream) <= 0]

@@ -1,0 +1,1 @@
+"""The Ansible side: inventory, role inputs, the one ansible-runner user, results, host locks."""

@@ -1,0 +1,1 @@
+"""Fleet views, pure: doctor problems, status and drift, plan summaries, converged hosts."""

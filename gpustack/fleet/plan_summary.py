@@ -1,0 +1,104 @@
+"""`gpustack plan`: fold a check-mode run's changed tasks into packages, files, services, reboots.
+
+Pure: input is a HostResult's `changes` (task, action, diff, details from the task result).
+Roles announce what check mode cannot do by itself with a `debug` task whose `msg` is a mapping
+with the key `gpustack_plan` (`restart` + `service`, or `reboot` + `reason`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gpustack.ansible.results import TaskChange
+
+_INST = re.compile(r"^Inst (\S+)(?: \[([^\]]+)\])? \((\S+)")
+_REMV = re.compile(r"^(?:Remv|Purg) (\S+)(?: \[([^\]]+)\])?")
+_FILE_ACTIONS = ("copy", "template", "file", "lineinfile", "blockinfile", "replace", "get_url",
+                 "gpustack_apt_source")  # fmt: skip
+_SERVICE_ACTIONS = ("systemd", "systemd_service", "service")
+
+
+@dataclass
+class HostPlan:
+    install: list[str] = field(default_factory=list)  # "pkg version"
+    upgrade: list[str] = field(default_factory=list)  # "pkg old -> new" (or downgrade)
+    remove: list[str] = field(default_factory=list)
+    holds: list[str] = field(default_factory=list)  # "pkg: install -> hold"
+    files: list[dict[str, Any]] = field(default_factory=list)  # path, task, diff
+    services: list[str] = field(default_factory=list)
+    reboots: list[str] = field(default_factory=list)
+    other: list[str] = field(default_factory=list)  # changed tasks none of the above explains
+
+    def empty(self) -> bool:
+        return not any(asdict(self).values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _short(action: str) -> str:
+    return action.rsplit(".", 1)[-1]
+
+
+def parse_apt_simulation(text: str) -> tuple[list[str], list[str], list[str]]:
+    """`apt-get --simulate` lines -> (install, upgrade, remove)."""
+    install, upgrade, remove = [], [], []
+    for line in (text or "").splitlines():
+        if m := _INST.match(line):
+            name, old, new = m.groups()
+            if old:
+                upgrade.append(f"{name} {old} -> {new}")
+            else:
+                install.append(f"{name} {new}")
+        elif m := _REMV.match(line):
+            remove.append(f"{m.group(1)} {m.group(2)}" if m.group(2) else m.group(1))
+    return install, upgrade, remove
+
+
+def _add(target: list, value: str) -> None:
+    if value not in target:
+        target.append(value)
+
+
+def summarize(changes: list[TaskChange]) -> HostPlan:
+    plan = HostPlan()
+    for change in changes:
+        action, details = _short(change.action), change.details or {}
+        label = f"{change.role} : {change.task}" if change.role else change.task
+        msg = details.get("msg")
+        if isinstance(msg, dict) and "gpustack_plan" in msg:
+            if msg["gpustack_plan"] == "restart":
+                _add(plan.services, f"{msg.get('service')}: would restart")
+            elif msg["gpustack_plan"] == "reboot":
+                _add(plan.reboots, str(msg.get("reason") or label))
+            else:
+                _add(plan.other, str(msg.get("what") or label))
+            continue
+        if action in ("apt", "dnf", "yum", "package"):
+            install, upgrade, remove = parse_apt_simulation(details.get("stdout", ""))
+            for value in install:
+                _add(plan.install, value)
+            for value in upgrade:
+                _add(plan.upgrade, value)
+            for value in remove:
+                _add(plan.remove, value)
+            if not (install or upgrade or remove):
+                _add(plan.other, label)  # e.g. a package list refresh, or dnf
+        elif action == "dpkg_selections":
+            for item in details.get("items") or [details]:
+                name = item.get("item") or item.get("name") or "?"
+                _add(plan.holds, f"{name}: {item.get('before', '?')} -> {item.get('after', '?')}")
+        elif action in _FILE_ACTIONS:
+            headers = [d.get("after_header") for d in change.diff if d.get("after_header")]
+            path = details.get("dest") or details.get("path") or (headers or [label])[0]
+            plan.files.append({"path": path, "task": label, "diff": change.diff})
+        elif action in _SERVICE_ACTIONS:
+            state = details.get("state") or ("enabled" if details.get("enabled") else "changed")
+            _add(plan.services, f"{details.get('name', '?')}: would be {state}")
+        elif action == "reboot":
+            _add(plan.reboots, label)
+        else:
+            _add(plan.other, label)
+    return plan

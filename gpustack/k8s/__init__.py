@@ -1,0 +1,1 @@
+"""The Kubernetes side: manifests from templates/; cluster/ is the only kubernetes user."""

@@ -1,0 +1,197 @@
+"""The Kubernetes phase of install, verify and uninstall, in the GPU Operator's order.
+
+install: host stack ready on a host (its play succeeded) → label its node → apply the
+operands → wait for the DaemonSets on the labelled nodes → verify every node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from gpustack.ansible.results import RunResult
+from gpustack.k8s.cluster import apply, gfd, nodes
+from gpustack.k8s.cluster.connect import Clock, Cluster, check_reachable, connect
+from gpustack.k8s.cluster.verify import NodeReport, Target, verify
+from gpustack.k8s.manifests import ClusterConfig, config_from_inventory, node_labels, render
+
+
+@dataclass
+class Session:
+    """A reachable cluster and the configuration for it, checked before any host is touched."""
+
+    cluster: Cluster
+    config: ClusterConfig
+    version: str
+    node_names: dict[str, str]  # inventory host -> expected Node name
+    hostvars: dict[str, dict[str, Any]]
+
+
+def prepare(
+    kubeconfig: str | None, inventory, extravars: dict[str, Any], *, required: bool = True
+) -> Session | None:
+    """Validate gpustack_k8s_* and reach the API server; BadInput on any mistake."""
+    config = config_from_inventory(inventory, extravars)  # group_vars too, as a play sees them
+    cluster = connect(kubeconfig, required=required)
+    if cluster is None:
+        return None
+    version = check_reachable(cluster)
+    names = {h: nodes.node_name_for(h, inventory.hostvars.get(h) or {}) for h in inventory.hosts}
+    return Session(cluster, config, version, names, inventory.hostvars)
+
+
+@dataclass
+class ClusterReport:
+    server: str
+    version: str
+    check_mode: bool = False
+    applied: list[apply.Applied] = field(default_factory=list)
+    labels: dict[str, dict[str, str | None]] = field(default_factory=dict)  # node -> patch
+    daemonsets: list[apply.RolloutResult] = field(default_factory=list)
+    nodes: list[NodeReport] = field(default_factory=list)
+    nfd_api: bool = False  # NFD's NodeFeature API served (GFD's mode under gfd_mode=auto)
+    gfd_mode: str = ""  # node-feature-api or feature-file, as rendered ("" with GFD off)
+
+    @property
+    def passed(self) -> bool:
+        return all(n.passed for n in self.nodes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "server": self.server,
+            "version": self.version,
+            "check_mode": self.check_mode,
+            "applied": [{**asdict(a), "ref": a.ref} for a in self.applied],
+            "labels": self.labels,
+            "daemonsets": [asdict(d) for d in self.daemonsets],
+            "gfd": {"mode": self.gfd_mode, "nfd_api": self.nfd_api},
+            "nodes": {n.host: n.to_dict() for n in self.nodes},
+            "passed": self.passed,
+        }
+
+
+def _host_problem(result: RunResult, host: str) -> str:
+    """Why a host's stack is not ready ('' when its play succeeded)."""
+    hr = result.hosts.get(host)
+    if hr is None or hr.status == "not run":
+        return "host stack not ready: the host play did not run on it"
+    if hr.unreachable:
+        return f"host stack not ready: unreachable ({hr.unreachable_message[:200]})"
+    if hr.failed:
+        last = hr.failures[-1] if hr.failures else None
+        detail = f" ({last.task}: {last.message[:200]})" if last else ""
+        return f"host stack not ready: a task failed{detail}"
+    return ""
+
+
+def _targets(session: Session, result: RunResult, matches) -> list[Target]:
+    targets = []
+    for host, name in session.node_names.items():
+        match = matches[host]
+        facts = result.hosts[host].facts if host in result.hosts else {}
+        error = _host_problem(result, host)
+        if not error and match.node is None:
+            error = f"{match.error}. Hint: {match.hint}"
+        targets.append(Target(host, name, match.node, facts, error))
+    return targets
+
+
+def _operands(results: list[apply.RolloutResult], labelled: list[str]) -> dict[str, tuple]:
+    """node -> (ready, message) over the DaemonSets that must run there."""
+    state = {}
+    missing = [r for r in results if r.message.startswith("not found")]
+    for node in labelled:
+        mine = [r for r in results if node in r.nodes] + missing
+        bad = [r for r in mine if not r.ready]
+        if not mine:
+            state[node] = (False, "no gpustack DaemonSet selects this node (labels missing?)")
+        elif bad:
+            state[node] = (False, "; ".join(f"DaemonSet {r.name} {r.message}" for r in bad))
+        else:
+            state[node] = (True, ", ".join(sorted(r.name for r in mine)))
+    return state
+
+
+def _objects(session: Session, report: ClusterReport | None = None) -> list[dict[str, Any]]:
+    """What to apply for this cluster: ServiceMonitor only with its CRD, GFD's mode by NFD."""
+    config = session.config
+    nfd_api = gfd.nfd_api_served(session.cluster) if config.gfd_enabled else False
+    if report is not None:
+        report.nfd_api = nfd_api
+        if config.gfd_enabled:
+            api = config.gfd_node_feature_api(nfd_api)
+            report.gfd_mode = "node-feature-api" if api else "feature-file"
+    return render(config, servicemonitor=apply.crd_exists(session.cluster), nfd_api=nfd_api)
+
+
+def install(
+    session: Session, result: RunResult, *, check: bool = False, clock: Clock | None = None
+) -> ClusterReport:
+    cluster, config = session.cluster, session.config
+    report = ClusterReport(cluster.api.configuration.host, session.version, check_mode=check)
+    matches = nodes.find_nodes(cluster, session.node_names, session.hostvars)
+    targets = _targets(session, result, matches)
+    labelled: dict[str, dict[str, str]] = {}
+    for target in targets:
+        if target.error or target.node is None:
+            continue
+        meta = target.node.get("metadata") or {}
+        existing = dict(meta.get("labels") or {})
+        wanted = node_labels(target.facts.get("gpustack_preflight") or {}, existing, config)
+        patch = nodes.label_patch(target.node, wanted)
+        if wanted:
+            report.labels[target.node_name] = wanted
+        if patch and not check:
+            nodes.patch_node(cluster, target.node_name, patch)
+        new_labels = {**existing, **{k: v for k, v in wanted.items() if v is not None}}
+        for key in [k for k, v in wanted.items() if v is None]:
+            new_labels.pop(key, None)
+        labelled[target.node_name] = new_labels
+    objects = _objects(session, report)
+    report.applied = apply.apply_objects(cluster, objects, dry_run=check)
+    if check:
+        return report
+    _rollout_and_verify(session, report, objects, targets, labelled, clock)
+    return report
+
+
+def _rollout_and_verify(session, report, objects, targets, labelled, clock) -> None:
+    config = session.config
+    daemonsets = [o["metadata"]["name"] for o in objects if o["kind"] == "DaemonSet"]
+    report.daemonsets = apply.wait_daemonsets(
+        session.cluster, config.namespace, daemonsets, labelled, config.daemonset_timeout, clock
+    )
+    operands = _operands(report.daemonsets, list(labelled))
+    report.nodes = verify(
+        session.cluster, config, targets, operands=operands, nfd_api=report.nfd_api, clock=clock
+    )
+
+
+def verify_cluster(
+    session: Session, result: RunResult, *, clock: Clock | None = None
+) -> ClusterReport:
+    """`gpustack verify`: read-only host facts are in `result`; check the cluster side."""
+    cluster = session.cluster
+    report = ClusterReport(cluster.api.configuration.host, session.version)
+    matches = nodes.find_nodes(cluster, session.node_names, session.hostvars)
+    targets = _targets(session, result, matches)
+    labelled = {
+        t.node_name: dict((t.node.get("metadata") or {}).get("labels") or {})
+        for t in targets
+        if t.node is not None and not t.error
+    }
+    _rollout_and_verify(session, report, _objects(session, report), targets, labelled, clock)
+    return report
+
+
+def uninstall(session: Session) -> dict[str, Any]:
+    """Delete gpustack's objects (by label) and the node labels gpustack recorded."""
+    cluster = session.cluster
+    deleted, kept = apply.delete_managed(cluster, _objects(session), session.config.namespace)
+    unlabelled = []
+    for node in cluster.list_all("/api/v1/nodes", "list nodes"):
+        patch = nodes.unlabel_patch(node)
+        if patch:
+            nodes.patch_node(cluster, node["metadata"]["name"], patch)
+            unlabelled.append(node["metadata"]["name"])
+    return {"deleted": deleted, "kept": kept, "unlabelled_nodes": unlabelled}

@@ -1,0 +1,328 @@
+"""The Kubernetes node backend of `gpustack upgrade`: cordon, evict, drain, validate, labels.
+
+The durable per-node state is the GPU Operator's label `nvidia.com/gpu-driver-upgrade-state`;
+annotations carry the failure reason and whether an admin had cordoned the node before the
+upgrade (such a node stays cordoned). GPU pods leave through the Eviction API, so
+PodDisruptionBudgets are respected; a blocked eviction is retried until its timeout.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from gpustack.errors import BadInput
+from gpustack.k8s.cluster import gpu_resources
+from gpustack.k8s.cluster.connect import Cluster, call, check_reachable, connect, status_message
+from gpustack.k8s.cluster.gpu_resources import GPU_PREFIXES
+from gpustack.k8s.cluster.nodes import MERGE_PATCH, find_nodes, node_name_for
+from gpustack.upgrade.backend import NodeCondition, StepFailed, StepOptions
+from gpustack.upgrade.executors import Clock
+from gpustack.upgrade.state import SKIP_LABEL, STATE_LABEL, UpgradeState
+
+ADMIN_ANNOTATION = "gpustack.io/driver-upgrade-initially-unschedulable"
+REASON_ANNOTATION = "gpustack.io/driver-upgrade-failure"
+GPU_RESOURCE_PREFIXES = GPU_PREFIXES  # GPU pods: nvidia.com/gpu* or nvidia.com/mig-*
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+def is_gpu_pod(pod: dict[str, Any]) -> bool:
+    """Pure: the pod requests (or limits) an NVIDIA GPU or MIG resource."""
+    spec = pod.get("spec") or {}
+    for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
+        resources = container.get("resources") or {}
+        for section in ("requests", "limits"):
+            if any(k.startswith(GPU_RESOURCE_PREFIXES) for k in resources.get(section) or {}):
+                return True
+    return False
+
+
+def _controller(pod: dict[str, Any]) -> str:
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref.get("kind", "")
+    return ""
+
+
+def _terminal(pod: dict[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+
+
+def _ref(pod: dict[str, Any]) -> tuple[str, str]:
+    meta = pod["metadata"]
+    return meta.get("namespace", "default"), meta["name"]
+
+
+def _ready(node: dict[str, Any]) -> bool:
+    for cond in (node.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "Ready":
+            return cond.get("status") == "True"
+    return False
+
+
+def gpu_allocatable(node: dict[str, Any]) -> int:
+    total = 0
+    for key, value in ((node.get("status") or {}).get("allocatable") or {}).items():
+        if key.startswith(GPU_RESOURCE_PREFIXES):
+            try:
+                total += int(str(value))
+            except ValueError:
+                continue
+    return total
+
+
+class KubernetesBackend:
+    mode = "kubernetes"
+
+    def __init__(self, cluster: Cluster, node_names: dict[str, str], config=None):
+        self.cluster = cluster
+        self.node_names = node_names  # inventory host -> Node name
+        self.config = config  # ClusterConfig for the verification pod; None: no pod
+
+    @classmethod
+    def from_kubeconfig(cls, kubeconfig: str, inventory, extravars=None) -> KubernetesBackend:
+        cluster = connect(kubeconfig)
+        check_reachable(cluster)
+        wanted = {h: node_name_for(h, inventory.hostvars.get(h) or {}) for h in inventory.hosts}
+        matches = find_nodes(cluster, wanted, inventory.hostvars)
+        for match in matches.values():
+            if match.node is None:
+                raise BadInput(match.error, match.hint)
+        config = None
+        if str((extravars or {}).get("gpustack_upgrade_verify_pod", "true")).lower() in (
+            "true",
+            "yes",
+            "1",
+        ):
+            from gpustack.k8s.manifests import config_from_inventory
+
+            config = config_from_inventory(inventory, extravars or {})
+            try:  # the pod runs in gpustack's namespace: only where gpustack installed it
+                cluster.raw("GET", f"/api/v1/namespaces/{config.namespace}")
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise BadInput(
+                        f"cannot read namespace {config.namespace}: {status_message(exc)}",
+                        "check the kubeconfig's permissions (RBAC)",
+                    ) from None
+                config = None
+        return cls(cluster, wanted, config)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def _node(self, host: str) -> dict[str, Any]:
+        name = self.node_names[host]
+        return self.cluster.get(f"/api/v1/nodes/{name}", f"read node {name}")
+
+    def _nodes(self) -> dict[str, dict[str, Any]]:
+        nodes = self.cluster.list_all("/api/v1/nodes", "list nodes")
+        return {n["metadata"]["name"]: n for n in nodes}
+
+    def conditions(self, names: Sequence[str]) -> dict[str, NodeCondition]:
+        nodes = self._nodes()
+        out = {}
+        for host in names:
+            node = nodes.get(self.node_names[host])
+            if node is None:
+                out[host] = NodeCondition(ready=False)
+                continue
+            meta = node.get("metadata") or {}
+            labels = meta.get("labels") or {}
+            admin = (meta.get("annotations") or {}).get(ADMIN_ANNOTATION)
+            out[host] = NodeCondition(
+                cordoned=bool((node.get("spec") or {}).get("unschedulable")),
+                ready=_ready(node),
+                skip=labels.get(SKIP_LABEL, "").lower() == "true",
+                state=labels.get(STATE_LABEL),
+                admin_cordoned=None if admin is None else admin == "true",
+            )
+        return out
+
+    def recorded_states(self, names: Sequence[str]) -> dict[str, str | None]:
+        return {host: cond.state for host, cond in self.conditions(names).items()}
+
+    def _pods_on(self, host: str, **query: Any) -> list[dict[str, Any]]:
+        name = self.node_names[host]
+        return self.cluster.list_all(
+            "/api/v1/pods", f"list pods on {name}", fieldSelector=f"spec.nodeName={name}", **query
+        )
+
+    # -- writing ----------------------------------------------------------------------------
+
+    def _patch(self, host: str, patch: dict[str, Any], what: str) -> None:
+        name = self.node_names[host]
+        call(
+            lambda: self.cluster.raw(
+                "PATCH", f"/api/v1/nodes/{name}", [("fieldManager", "gpustack")],
+                body=json.loads(json.dumps(patch)), ctype=MERGE_PATCH,
+            ),
+            f"{what} node {name}",
+        )  # fmt: skip
+
+    def record_state(
+        self, name: str, state: str, reason: str = "", admin_cordoned: bool = False
+    ) -> None:
+        annotations: dict[str, str | None] = {REASON_ANNOTATION: reason or None}
+        if state == UpgradeState.DONE:
+            annotations[ADMIN_ANNOTATION] = None
+        elif state != UpgradeState.REQUIRED:
+            annotations[ADMIN_ANNOTATION] = "true" if admin_cordoned else "false"
+        patch = {"metadata": {"labels": {STATE_LABEL: state}, "annotations": annotations}}
+        self._patch(name, patch, "label")
+
+    def cordon(self, name: str, clock: Clock, opts: StepOptions) -> str:
+        self._patch(name, {"spec": {"unschedulable": True}}, "cordon")
+        return f"cordoned {self.node_names[name]}"
+
+    def uncordon(self, name: str, clock: Clock, opts: StepOptions) -> str:
+        self._patch(name, {"spec": {"unschedulable": None}}, "uncordon")
+        return f"uncordoned {self.node_names[name]}"
+
+    # -- steps ------------------------------------------------------------------------------
+
+    def wait_for_jobs(self, name: str, clock: Clock, opts: StepOptions) -> str:
+        start = clock.now()
+        while True:
+            running = [
+                p for p in self._pods_on(name, labelSelector=opts.pod_selector) if not _terminal(p)
+            ]
+            if not running:
+                return f"no running pod matches {opts.pod_selector}"
+            waited = clock.now() - start
+            if opts.wait_for_jobs_timeout and waited >= opts.wait_for_jobs_timeout:
+                return (
+                    f"{len(running)} pod(s) matching {opts.pod_selector} still running after "
+                    f"{opts.wait_for_jobs_timeout:g} s; going on"
+                )
+            clock.sleep(opts.poll)
+
+    def evict_gpu_pods(self, name: str, clock: Clock, opts: StepOptions) -> str:
+        pods = [
+            p
+            for p in self._pods_on(name)
+            if is_gpu_pod(p) and not _terminal(p) and _controller(p) != "DaemonSet"
+        ]
+        return self._evict(name, pods, clock, opts, opts.pod_deletion_timeout, "GPU pod")
+
+    def drain(self, name: str, clock: Clock, opts: StepOptions) -> str:
+        pods = [
+            p
+            for p in self._pods_on(name)
+            if not _terminal(p)
+            and _controller(p) != "DaemonSet"
+            and MIRROR_ANNOTATION not in ((p.get("metadata") or {}).get("annotations") or {})
+        ]
+        return self._evict(name, pods, clock, opts, opts.drain_timeout, "pod")
+
+    def _evict(self, host, pods, clock, opts, timeout: float, what: str) -> str:
+        unmanaged = [f"{ns}/{n}" for ns, n in map(_ref, pods) if not _controller_of(pods, ns, n)]
+        if unmanaged and not opts.force:
+            raise StepFailed(
+                f"{what}(s) not managed by a controller would be lost: {', '.join(unmanaged[:5])}"
+                " (pass --force to evict them anyway)"
+            )
+        pending = {_ref(p): p["metadata"].get("uid") for p in pods}
+        blocked: dict[tuple[str, str], str] = {}
+        start = clock.now()
+        while True:
+            for ns, pod in list(pending):
+                message = self._evict_one(ns, pod)
+                if message:
+                    blocked[(ns, pod)] = message
+                else:
+                    blocked.pop((ns, pod), None)
+            still = {
+                _ref(p): p["metadata"].get("uid")
+                for p in self._pods_on(host)
+                if _ref(p) in pending and p["metadata"].get("uid") == pending[_ref(p)]
+            }
+            pending = {k: v for k, v in pending.items() if k in still}
+            if not pending:
+                return f"evicted {len(pods)} {what}(s)" if pods else f"no {what} to evict"
+            if clock.now() - start >= timeout:
+                (ns, pod), why = next(iter(blocked.items()), (next(iter(pending)), ""))
+                raise StepFailed(
+                    f"{what} eviction timed out after {timeout:g} s: {len(pending)} left; "
+                    f"{ns}/{pod}: {why or 'still terminating'}"
+                )
+            clock.sleep(opts.poll)
+
+    def _evict_one(self, ns: str, pod: str) -> str:
+        """Ask for one eviction; returns why it was refused ("" when accepted or gone)."""
+        body = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": pod, "namespace": ns},
+        }
+        try:
+            self.cluster.raw(
+                "POST", f"/api/v1/namespaces/{ns}/pods/{pod}/eviction", body=body,
+                ctype="application/json",
+            )  # fmt: skip
+        except ApiException as exc:
+            if exc.status == 404:
+                return ""
+            if exc.status == 429:
+                return _budget_message(exc)
+            raise StepFailed(f"eviction of {ns}/{pod}: {status_message(exc)}") from None
+        return ""
+
+    def validate(self, name: str, clock: Clock, opts: StepOptions) -> str:
+        start = clock.now()
+        node_name = self.node_names[name]
+        while True:
+            node = self._node(name)
+            gpus = gpu_allocatable(node)
+            if _ready(node) and gpus > 0:
+                break
+            if clock.now() - start >= opts.validation_timeout:
+                state = "Ready" if _ready(node) else "not Ready"
+                raise StepFailed(
+                    f"validation: node {node_name} is {state} with {gpus} allocatable GPU(s) "
+                    f"after {opts.validation_timeout:g} s (is the device plugin running there?)"
+                )
+            clock.sleep(opts.poll)
+        note = f"node Ready, {gpus} GPU(s) allocatable"
+        if self.config is None:
+            return note + "; no verification pod (gpustack's namespace is not installed)"
+        return note + "; " + self._verify_pod(name, gpus, clock, opts, start)
+
+    def _verify_pod(self, host, gpus, clock, opts, start) -> str:
+        from gpustack.k8s.cluster.pods import pod_name, run_pods
+        from gpustack.k8s.manifests import render_verify_pod
+
+        node = self.node_names[host]
+        node_obj = self._node(host)
+        pods = self._pods_on(host)
+        found = gpu_resources.units(node_obj, pods)
+        unit = gpu_resources.choose(found, self.config.resource_name)
+        if unit is None:  # the node's GPUs are busy again: verify without disturbing them
+            return "no verification pod: " + gpu_resources.busy_message(found)
+        pod = render_verify_pod(self.config, node_name=node, gpus=1, name=pod_name("smi", node),
+                                resource=unit.resource)  # fmt: skip
+        left = max(1.0, opts.validation_timeout - (clock.now() - start))
+        outcome = run_pods(self.cluster, {host: pod}, left, clock)[host]
+        if outcome.phase != "Succeeded":
+            raise StepFailed(f"validation: verification pod on {node}: {outcome.message}")
+        return "verification pod succeeded"
+
+
+def _controller_of(pods, ns, name) -> str:
+    for pod in pods:
+        if _ref(pod) == (ns, name):
+            return _controller(pod)
+    return ""
+
+
+def _budget_message(exc: ApiException) -> str:
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        body = {}
+    causes = (body.get("details") or {}).get("causes") or []
+    detail = "; ".join(c.get("message", "") for c in causes if c.get("message"))
+    base = body.get("message") or "eviction refused (429)"
+    return f"blocked by a PodDisruptionBudget: {detail or base}"

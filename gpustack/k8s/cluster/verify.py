@@ -1,0 +1,273 @@
+"""Per-node verification: GPUs on the host, capacity in the node, a GPU pod, labels, metrics.
+
+Checks per node, in order (a failed check skips the later ones for that node):
+  node      the inventory host maps to a Node object
+  gpus      host facts show NVIDIA GPUs with a loaded driver
+  operands  the DaemonSets that select the node are ready
+  capacity  allocatable `nvidia.com/gpu` equals GPUs × gpus_per_device; with MIG, any GPU
+            resource of either family (`nvidia.com/gpu*`, `nvidia.com/mig-*`) counts
+  pod       a pod pinned to the node asks for ONE free unit (a MIG resource first, as the GPU
+            Operator's validator does) and runs `nvidia-smi -L`; it must see exactly one GPU,
+            one of the host's. When every unit is held by other pods, no pod is started
+            (skipped): verification never disturbs running workloads
+  vectoradd optional (gpustack_k8s_vector_add_image): the CUDA vectorAdd sample Succeeds
+  dcgm      optional (gpustack_k8s_dcgm_scrape): dcgm-exporter reports DCGM_FI_DEV_GPU_TEMP
+            for each of the node's GPUs (through the API server's service proxy)
+  gfd       GFD's labels on the node; skipped when NFD is not installed (gfd.py)
+Verification pods are deleted whatever happens (also on Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from gpustack.fleet import doctor
+from gpustack.k8s.cluster import gfd, gpu_resources, metrics
+from gpustack.k8s.cluster.checks import FAILED, PASSED, SKIPPED, NodeReport
+from gpustack.k8s.cluster.connect import Clock, Cluster
+from gpustack.k8s.cluster.pods import POLL_SECONDS, pod_name, run_pods
+from gpustack.k8s.manifests import ClusterConfig, render_verify_pod
+
+
+@dataclass
+class HostGpus:
+    count: int
+    uuids: list[str] | None  # None: no driver facts on this run
+    driver_state: str
+    loaded: bool
+
+
+def host_gpus(facts: dict[str, Any]) -> HostGpus:
+    """Pure: what the host facts say about GPUs (gpustack_preflight + gpustack_driver)."""
+    pf = facts.get("gpustack_preflight") or {}
+    count = int((pf.get("gpus") or {}).get("count") or 0)
+    driver = facts.get("gpustack_driver") or {}
+    smi = facts.get("gpustack_smi") or {}  # from playbooks/verify.yml
+    uuids = None
+    if driver.get("gpus") is not None and str(driver.get("nvidia_smi", {}).get("rc", "0")) == "0":
+        uuids = [g["uuid"] for g in driver["gpus"] if str(g.get("uuid", "")).startswith("GPU-")]
+    elif str(smi.get("rc")) == "0":
+        uuids = csv_uuids(str(smi.get("stdout") or ""))
+    state = doctor.driver_state(pf) if pf else "unknown (no preflight facts)"
+    if driver.get("state"):
+        state = str(driver["state"])
+    return HostGpus(
+        count, uuids, state, bool(pf and (pf.get("driver") or {}).get("loaded_version"))
+    )
+
+
+def csv_uuids(text: str) -> list[str]:
+    """Pure: UUIDs from `nvidia-smi --query-gpu=name,uuid,... --format=csv,noheader`."""
+    found = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 2 and parts[1].startswith("GPU-"):
+            found.append(parts[1])
+    return found
+
+
+_SMI_GPU = re.compile(r"^GPU \d+: .*\(UUID: (GPU-[0-9a-fA-F-]+)\)\s*$")
+
+
+def smi_uuids(text: str) -> list[str]:
+    """Pure: GPU UUIDs from `nvidia-smi -L` output (MIG lines are ignored)."""
+    return [m.group(1) for line in text.splitlines() if (m := _SMI_GPU.match(line.strip()))]
+
+
+_SMI_MIG = re.compile(r"^MIG .*\(UUID: (MIG-[0-9a-fA-F-]+)\)\s*$")
+
+
+def smi_mig_uuids(text: str) -> list[str]:
+    """Pure: MIG device UUIDs from `nvidia-smi -L` output."""
+    return [m.group(1) for line in text.splitlines() if (m := _SMI_MIG.match(line.strip()))]
+
+
+def compare_uuids(expected: list[str] | None, seen: list[str]) -> tuple[bool, str]:
+    """Pure: the pod asked for one unit, so it must see exactly one GPU, one of the host's."""
+    if not seen:
+        return False, "nvidia-smi -L listed no GPU"
+    if len(seen) > 1:
+        return False, (
+            f"the pod asked for one unit but nvidia-smi -L listed {len(seen)} GPUs "
+            f"({', '.join(seen)}): GPU isolation is not in effect (the container sees GPUs "
+            "the device plugin did not allocate to it)"
+        )
+    if expected is None:
+        return True, f"1 GPU seen ({seen[0]}); host UUIDs unknown (no driver facts)"
+    if seen[0] not in expected:
+        return False, (
+            f"GPU UUID mismatch: not on the host {seen[0]}; the host has {', '.join(expected)}"
+        )
+    return True, f"GPU {seen[0]} seen, UUID matches one of the host's {len(expected)}"
+
+
+@dataclass
+class Target:
+    """One inventory host to verify: its node (if found) and its facts."""
+
+    host: str
+    node_name: str
+    node: dict[str, Any] | None
+    facts: dict[str, Any]
+    error: str = ""  # why this host cannot be verified (no node, host stack failed)
+
+
+def verify(
+    cluster: Cluster,
+    config: ClusterConfig,
+    targets: list[Target],
+    *,
+    operands: dict[str, tuple[bool, str]] | None = None,
+    nfd_api: bool = False,
+    clock: Clock | None = None,
+) -> list[NodeReport]:
+    """Run every check on every target; return one report per host (never raises per node).
+
+    `operands`: node name -> (ready, message) of the DaemonSets that select the node; a node
+    whose operands are not ready fails there and skips the later checks. `nfd_api`: whether
+    the cluster serves NFD's NodeFeature API (for the `gfd` check's wording).
+    """
+    clock = clock or Clock()
+    reports: dict[str, NodeReport] = {}
+    candidates: dict[str, tuple[NodeReport, HostGpus]] = {}
+    for target in targets:
+        report = NodeReport(target.host, target.node_name)
+        reports[target.host] = report
+        if target.error:
+            report.add("host" if target.error.startswith("host") else "node", FAILED, target.error)
+            continue
+        report.add("node", PASSED, target.node_name)
+        gpus = host_gpus(target.facts)
+        report.gpus = gpus.count
+        report.uuids = gpus.uuids or []
+        if gpus.count == 0:  # never hidden: a GPU node without a GPU fails verification
+            state = gpus.driver_state
+            suffix = "" if "no NVIDIA device" in state else ": no NVIDIA device"
+            report.add("gpus", FAILED, f"driver {state}{suffix}")
+            continue
+        if not gpus.loaded and not gpus.driver_state.startswith("loaded"):
+            report.add("gpus", FAILED, f"{gpus.count} GPU(s), driver {gpus.driver_state}")
+            continue
+        report.add("gpus", PASSED, f"{gpus.count} GPU(s), driver {gpus.driver_state}")
+        if operands is not None:
+            ok, message = operands.get(target.node_name, (False, "no DaemonSet selects this node"))
+            report.add("operands", PASSED if ok else FAILED, message)
+            if not ok:
+                continue
+        candidates[target.host] = (report, gpus)
+    ready = _wait_capacity(cluster, config, targets, candidates, clock)
+    units = _verify_pods(cluster, config, reports, candidates, ready, clock)
+    if config.vector_add_image and units:
+        _vectoradd(cluster, config, reports, units, clock)
+    passing = [reports[h] for h in ready if not reports[h].failed()]
+    if config.dcgm_scrape and passing:
+        metrics.check_dcgm(cluster, config, passing, clock)
+    gfd.check_labels(cluster, config, [r for r in passing if not r.failed()], nfd_api, clock)
+    return [reports[t.host] for t in targets]
+
+
+def _wait_capacity(cluster, config, targets, candidates, clock) -> dict[str, dict[str, Any]]:
+    """Poll nodes until each candidate shows its GPU capacity; returns host -> Node object.
+
+    Without MIG the configured resource must equal GPUs × gpus_per_device; with MIG any unit of
+    either family counts (mixed strategy on an all-MIG node advertises only nvidia.com/mig-*).
+    """
+    if not candidates:
+        return {}
+    resource = config.resource_name
+    per = config.gpus_per_device
+    expected = {h: g.count * per for h, (_, g) in candidates.items()}
+    names = {t.host: t.node_name for t in targets if t.host in candidates}
+    start = clock.now()
+    while True:
+        nodes = {n["metadata"]["name"]: n for n in cluster.list_all("/api/v1/nodes", "list nodes")}
+        seen = {h: gpu_resources.gpu_allocatable(nodes.get(names[h]) or {}) for h in candidates}
+        if config.capacity_predictable:
+            done = {h for h in candidates if seen[h].get(resource, 0) == expected[h]}
+        else:
+            done = {h for h in candidates if sum(seen[h].values()) > 0}
+        elapsed = clock.now() - start
+        if len(done) == len(candidates) or elapsed >= config.capacity_timeout:
+            break
+        clock.sleep(POLL_SECONDS)
+    ready = {}
+    for host, (report, gpus) in candidates.items():
+        shown = ", ".join(f"{k}: {v}" for k, v in seen[host].items() if v) or f"{resource}: 0"
+        if host in done:
+            report.add("capacity", PASSED, shown, elapsed)
+            ready[host] = nodes[names[host]]
+            continue
+        hint = (f"is the device plugin running there? `kubectl -n {config.namespace} logs "
+                "ds/nvidia-device-plugin`")  # fmt: skip
+        if config.capacity_predictable:
+            sharing = f" × {per} ({config.sharing})" if per > 1 else ""
+            message = (f"allocatable {resource} is {seen[host].get(resource, 0)} after "
+                       f"{config.capacity_timeout} s, expected {expected[host]} "
+                       f"({gpus.count} GPU(s){sharing}); {hint}")  # fmt: skip
+        else:
+            message = (f"no allocatable GPU resource (nvidia.com/gpu or nvidia.com/mig-*) after "
+                       f"{config.capacity_timeout} s with MIG strategy {config.mig_strategy}; "
+                       f"{hint}")  # fmt: skip
+        report.add("capacity", FAILED, message, elapsed)
+    return ready
+
+
+def _node_units(cluster: Cluster, node: dict[str, Any]) -> dict[str, gpu_resources.Units]:
+    name = node["metadata"]["name"]
+    pods = cluster.list_all(
+        "/api/v1/pods", f"list pods on {name}", fieldSelector=f"spec.nodeName={name}"
+    )
+    return gpu_resources.units(node, pods)
+
+
+def _verify_pods(cluster, config, reports, candidates, ready, clock) -> dict[str, str]:
+    """The `pod` check; returns host -> the GPU resource its verification unit came from."""
+    chosen: dict[str, gpu_resources.Units] = {}
+    pods = {}
+    for host, node in ready.items():
+        found = _node_units(cluster, node)
+        unit = gpu_resources.choose(found, config.resource_name)
+        if unit is None:
+            reports[host].add("pod", SKIPPED, gpu_resources.busy_message(found))
+            continue
+        chosen[host] = unit
+        pods[host] = render_verify_pod(
+            config,
+            node_name=reports[host].node,
+            gpus=1,
+            name=pod_name("smi", reports[host].node),
+            resource=unit.resource,
+        )
+    for host, outcome in run_pods(cluster, pods, config.verify_timeout, clock).items():
+        report, unit = reports[host], chosen[host]
+        if outcome.phase != "Succeeded":
+            report.add("pod", FAILED, outcome.message, outcome.seconds)
+            continue
+        ok, message = compare_uuids(candidates[host][1].uuids, smi_uuids(outcome.log))
+        mig = smi_mig_uuids(outcome.log)
+        detail = f"; 1 {unit.resource} of {unit.free} free" + (
+            f" (MIG device {mig[0]})" if mig else ""
+        )
+        report.add(
+            "pod", PASSED if ok else FAILED, message + (detail if ok else ""), outcome.seconds
+        )
+    return {h: u.resource for h, u in chosen.items() if not reports[h].failed()}
+
+
+def _vectoradd(cluster, config, reports, units: dict[str, str], clock) -> None:
+    pods = {
+        host: render_verify_pod(
+            config,
+            node_name=reports[host].node,
+            gpus=1,
+            name=pod_name("vectoradd", reports[host].node),
+            kind="vectoradd",
+            resource=resource,
+        )
+        for host, resource in units.items()
+    }
+    for host, outcome in run_pods(cluster, pods, config.verify_timeout, clock).items():
+        ok = outcome.phase == "Succeeded"
+        reports[host].add("vectoradd", PASSED if ok else FAILED, outcome.message, outcome.seconds)

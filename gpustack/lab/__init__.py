@@ -1,0 +1,1 @@
+"""A local lab of podman systemd nodes (gpustack lab up/down/list)."""

@@ -1,0 +1,1 @@
+"""Everything gpustack prints: tables, JSON documents, live views, JUnit, Error/Hint."""
