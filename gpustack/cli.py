@@ -78,18 +78,26 @@ Junit = Annotated[
 ]
 
 
-def _opts(inventory, limit, extra_vars, tags, skip_tags, kubeconfig, output_, report, verbose):
+def _opts(
+    inventory: str | None,
+    local: bool = False,
+    limit: str | None = None,
+    extra_vars: list[str] | None = None,
+    tags: str = "",
+    skip_tags: str = "",
+    kubeconfig: str | None = None,
+    output_: str = "text",
+    report: str | None = None,
+    verbose: int = 0,
+    wait: bool = False,
+    **_command_options,
+) -> commands.HostOptions:
+    """The shared options of a host command, from its parameters (`_opts(**locals())`: the
+    command's own options are passed on by the command itself)."""
     return commands.HostOptions(
-        inventory=inventory,
-        limit=limit,
-        extra_vars=extra_vars or [],
-        tags=tags,
-        skip_tags=skip_tags,
-        kubeconfig=kubeconfig,
-        output=output_,
-        report=report,
-        verbose=verbose,
-    )
+        inventory_source(inventory, local), limit, extra_vars or [], tags, skip_tags,
+        kubeconfig, output_, report, verbose, wait,
+    )  # fmt: skip
 
 
 def _exit(code: int) -> None:
@@ -116,19 +124,7 @@ def install(
     wait: Wait = False,
 ) -> None:
     """Install the GPU host stack on every target host; with a kubeconfig, the Kubernetes side."""
-    opts = _opts(
-        inventory, limit, extra_vars, tags, skip_tags, kubeconfig, output_, report, verbose
-    )
-    opts.wait = wait
-    _exit(
-        commands.install(
-            opts,
-            check=check,
-            diff=diff,
-            junit=junit,
-            full=full,
-        )
-    )
+    _exit(commands.install(_opts(**locals()), check=check, diff=diff, junit=junit, full=full))
 
 
 @app.command()
@@ -146,15 +142,7 @@ def plan(
     full: Full = False,
 ) -> None:
     """Show what install would change (check + diff); change nothing."""
-    inventory = inventory_source(inventory, local)
-    _exit(
-        commands.plan(
-            _opts(
-                inventory, limit, extra_vars, tags, skip_tags, kubeconfig, output_, report, verbose
-            ),
-            full=full,
-        )
-    )
+    _exit(commands.plan(_opts(**locals()), full=full))
 
 
 @app.command()
@@ -168,12 +156,7 @@ def doctor(
     verbose: Verbose = 0,
 ) -> None:
     """Read every host (read-only) and list problems with hints."""
-    inventory = inventory_source(inventory, local)
-    _exit(
-        commands.doctor_cmd(
-            _opts(inventory, limit, extra_vars, "", "", None, output_, report, verbose)
-        )
-    )
+    _exit(commands.doctor_cmd(_opts(**locals())))
 
 
 @app.command()
@@ -188,12 +171,7 @@ def status(
     verbose: Verbose = 0,
 ) -> None:
     """One row per node: OS, GPUs, driver, runtime (read-only)."""
-    inventory = inventory_source(inventory, local)
-    _exit(
-        commands.status(
-            _opts(inventory, limit, extra_vars, "", "", kubeconfig, output_, report, verbose)
-        )
-    )
+    _exit(commands.status(_opts(**locals())))
 
 
 @app.command()
@@ -209,9 +187,7 @@ def verify(
     junit: Junit = None,
 ) -> None:
     """Check every GPU node end to end: host facts (read-only), capacity, a GPU pod, metrics."""
-    inventory = inventory_source(inventory, local)
-    opts = _opts(inventory, limit, extra_vars, "", "", kubeconfig, output_, report, verbose)
-    _exit(commands.verify(opts, junit=junit))
+    _exit(commands.verify(_opts(**locals()), junit=junit))
 
 
 @app.command()
@@ -233,9 +209,7 @@ def smoke(
     verbose: Verbose = 0,
 ) -> None:
     """Read-only smoke suite of each GPU host with NVIDIA's own tools (docs/gpu-hosts.md)."""
-    inventory = inventory_source(inventory, local)
-    opts = _opts(inventory, limit, extra_vars, "", "", None, output_, report, verbose)
-    _exit(commands.smoke(opts, image=image, capture=capture))
+    _exit(commands.smoke(_opts(**locals()), image=image, capture=capture))
 
 
 @app.command()
@@ -330,9 +304,7 @@ def uninstall(
     wait: Wait = False,
 ) -> None:
     """Remove what gpustack installed, in reverse lifecycle order."""
-    opts = _opts(inventory, limit, extra_vars, "", "", kubeconfig, output_, report, verbose)
-    opts.wait = wait
-    _exit(commands.uninstall(opts, components, yes))
+    _exit(commands.uninstall(_opts(**locals()), components, yes))
 
 
 @app.command()
