@@ -67,6 +67,17 @@ def nvrm_version(text: str | None) -> str:
     return match.group(1) if match else ""
 
 
+def madison_versions(text: str | None) -> list[str]:
+    """The versions in `apt-cache madison PKG` output ('pkg | version | source'), each once, in
+    apt's order (newest first); [] when the package lists offer none."""
+    versions: list[str] = []
+    for line in (text or "").splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) >= 3 and parts[1] and parts[1] not in versions:
+            versions.append(parts[1])
+    return versions
+
+
 def _order(char: str) -> int:
     if char == "~":
         return -1

@@ -117,13 +117,6 @@ class UpgradeRun:
     # completed it (carried from run to run): the planner starts the longest first.
     durations: dict[str, float] = field(default_factory=dict)
 
-    def unfinished(self) -> list[str]:
-        return [
-            n.name
-            for n in self.nodes.values()
-            if n.state not in (UpgradeState.DONE, UpgradeState.FAILED, SKIPPED)
-        ]
-
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["format"] = FORMAT_VERSION

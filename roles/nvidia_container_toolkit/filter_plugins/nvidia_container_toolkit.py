@@ -1,20 +1,19 @@
 # -*- coding: utf-8 -*-
-"""Pure helpers of the nvidia_container_toolkit role (no Ansible imports: unit-testable)."""
+"""Filters of the nvidia_container_toolkit role: apt's offered versions, parsed by
+gpustack/driver_version.py (filter plugins run on the controller, where gpustack is)."""
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import os
+import sys
 
-def madison_versions(text):
-    """Versions from `apt-cache madison PKG` output ('pkg | version | source'), in its order
-    (newest first, as apt lists them); [] when the lists offer none."""
-    versions = []
-    for line in (text or "").splitlines():
-        parts = [p.strip() for p in line.split("|")]
-        if len(parts) >= 3 and parts[1] and parts[1] not in versions:
-            versions.append(parts[1])
-    return versions
+try:
+    from gpustack.driver_version import madison_versions
+except ImportError:  # the source checkout, run by an ansible-playbook without gpustack installed
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../.."))
+    from gpustack.driver_version import madison_versions
 
 
 class FilterModule(object):

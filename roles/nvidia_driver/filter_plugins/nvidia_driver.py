@@ -29,6 +29,7 @@ debian_version_compare = driver_version.compare
 upstream_version = driver_version.upstream_version
 driver_branch = driver_version.branch_of
 nvrm_version = driver_version.nvrm_version
+madison_versions = driver_version.madison_versions
 
 RHEL_LIKE = ("rhel", "centos", "rocky", "almalinux", "ol")
 ARCH_DIRS = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "sbsa", "arm64": "sbsa"}
@@ -63,16 +64,6 @@ def resolve_version(available, branch="", version="", source="distro"):
         return driver_version.resolve(available, branch, version, source)
     except driver_version.VersionError as exc:
         raise AnsibleFilterError(str(exc)) from None
-
-
-def madison_versions(text):
-    """Versions from `apt-cache madison PKG` output ('pkg | version | source')."""
-    versions = []
-    for line in (text or "").splitlines():
-        parts = [p.strip() for p in line.split("|")]
-        if len(parts) >= 3 and parts[1] and parts[1] not in versions:
-            versions.append(parts[1])
-    return versions
 
 
 def unload_order(modules):
