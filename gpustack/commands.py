@@ -50,10 +50,10 @@ def install(
     if junit:
         check_writable(junit)
     session = None
-    if validated[2]:  # a kubeconfig: reach the cluster before any host is touched
+    if validated.kubeconfig:  # reach the cluster before any host is touched
         from gpustack.k8s.cluster import flow
 
-        session = flow.prepare(validated[2], validated[0], validated[1])
+        session = flow.prepare(validated.kubeconfig, validated.inventory, validated.extravars)
     from gpustack.fleet import converged_run
 
     extra: dict = {"check_mode": check}
@@ -63,11 +63,7 @@ def install(
         if session and result.status != "canceled":
             k8s = flow.install(session, result, check=check)
             extra["kubernetes"] = k8s.to_dict()
-    code = _finish("install", opts, result, extra, text=_cluster_text(result, k8s, opts))
-    _write_junit(junit, "gpustack install", result, k8s)
-    if code == ExitCode.OK and k8s is not None and not k8s.passed:
-        return int(ExitCode.VERIFY_FAILED)
-    return code
+    return _finish_with_cluster("install", opts, result, extra, k8s, junit)
 
 
 def verify(opts: HostOptions, junit: str | None = None) -> int:
@@ -77,20 +73,21 @@ def verify(opts: HostOptions, junit: str | None = None) -> int:
     validated = validate(opts)
     if junit:
         check_writable(junit)
-    session = flow.prepare(validated[2], validated[0], validated[1], required=True)
+    session = flow.prepare(
+        validated.kubeconfig, validated.inventory, validated.extravars, required=True
+    )
     result, *_ = _run(opts, "verify.yml", "gpustack verify (read-only)", validated=validated)
     k8s = None
     if result.status != "canceled":
         k8s = flow.verify_cluster(session, result)
     extra = {"kubernetes": k8s.to_dict()} if k8s else {}
-    code = _finish("verify", opts, result, extra, text=_cluster_text(result, k8s, opts))
-    _write_junit(junit, "gpustack verify", result, k8s)
-    if code == ExitCode.OK and k8s is not None and not k8s.passed:
-        return int(ExitCode.VERIFY_FAILED)
-    return code
+    return _finish_with_cluster("verify", opts, result, extra, k8s, junit)
 
 
-def _cluster_text(result: RunResult, k8s, opts: HostOptions):
+def _finish_with_cluster(command, opts: HostOptions, result: RunResult, extra, k8s, junit) -> int:
+    """_finish with the cluster's report after the hosts', JUnit if asked; a cluster check that
+    failed on otherwise good hosts is exit code VERIFY_FAILED."""
+
     def show() -> None:
         output.print_run(result, opts.verbose)
         if k8s is not None:
@@ -98,16 +95,15 @@ def _cluster_text(result: RunResult, k8s, opts: HostOptions):
 
             print_cluster(k8s, opts.verbose)
 
-    return show
+    code = _finish(command, opts, result, extra, text=show)
+    if junit:
+        from gpustack.terminal import junit as junit_xml
 
-
-def _write_junit(path: str | None, suite: str, result: RunResult, k8s) -> None:
-    if not path:
-        return
-    from gpustack.terminal import junit
-
-    cases = junit.host_cases(result) + (junit.node_cases(k8s.nodes) if k8s else [])
-    junit.write(path, suite, cases)
+        cases = junit_xml.host_cases(result) + (junit_xml.node_cases(k8s.nodes) if k8s else [])
+        junit_xml.write(junit, f"gpustack {command}", cases)
+    if code == ExitCode.OK and k8s is not None and not k8s.passed:
+        return int(ExitCode.VERIFY_FAILED)
+    return code
 
 
 def plan(opts: HostOptions, full: bool = False) -> int:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 
 from gpustack.upgrade.backend import HostOutcome
+from gpustack.upgrade.state import FINAL, IN_PROGRESS, Transition, UpgradeState
 
 NEW = "535.309.01-0+deb12u1"
 
@@ -70,3 +71,17 @@ class FakeHostUpgrader:
         finally:
             with self._lock:
                 self.active.discard(host)
+
+
+def in_progress_intervals(history: list[Transition]) -> dict[str, list[tuple[float, float]]]:
+    """Per node, the [start, end] spans between leaving upgrade-required and a final state."""
+    spans: dict[str, list[tuple[float, float]]] = {}
+    opened: dict[str, float] = {}
+    for t in history:
+        if t.to_state in IN_PROGRESS and t.node not in opened:
+            opened[t.node] = t.at
+        elif (t.to_state in FINAL or t.to_state == UpgradeState.REQUIRED) and t.node in opened:
+            spans.setdefault(t.node, []).append((opened.pop(t.node), t.at))
+    for node, start in opened.items():  # interrupted: still open
+        spans.setdefault(node, []).append((start, float("inf")))
+    return spans

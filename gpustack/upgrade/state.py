@@ -214,17 +214,3 @@ class FileStateStore(MemoryStateStore):
                 Path(tmp).unlink(missing_ok=True)
                 raise
             self.run = run
-
-
-def in_progress_intervals(history: list[Transition]) -> dict[str, list[tuple[float, float]]]:
-    """Per node, the [start, end] spans between leaving upgrade-required and a final state."""
-    spans: dict[str, list[tuple[float, float]]] = {}
-    opened: dict[str, float] = {}
-    for t in history:
-        if t.to_state in IN_PROGRESS and t.node not in opened:
-            opened[t.node] = t.at
-        elif (t.to_state in FINAL or t.to_state == UpgradeState.REQUIRED) and t.node in opened:
-            spans.setdefault(t.node, []).append((opened.pop(t.node), t.at))
-    for node, start in opened.items():  # interrupted: still open
-        spans.setdefault(node, []).append((start, float("inf")))
-    return spans

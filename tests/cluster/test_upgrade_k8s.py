@@ -22,11 +22,10 @@ from gpustack.upgrade.state import (
     STATE_LABEL,
     MemoryStateStore,
     Target,
-    in_progress_intervals,
 )
 from tests.cluster.emulator import NodeHardware, PodFate
 from tests.cluster.helpers import inventory, smi_output, uuids_for
-from tests.upgrade_doubles import NEW, FakeHostUpgrader
+from tests.upgrade_doubles import NEW, FakeHostUpgrader, in_progress_intervals
 
 GPU = "nvidia.com/gpu"
 

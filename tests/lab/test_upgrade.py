@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from gpustack.upgrade.state import UpgradeRun, in_progress_intervals, state_path_for
+from gpustack.upgrade.state import UpgradeRun, state_path_for
 from tests.conftest import GPUSTACK, ROOT, run_cli
 from tests.lab.test_lab import ssh
+from tests.upgrade_doubles import in_progress_intervals
 
 pytestmark = pytest.mark.lab
 

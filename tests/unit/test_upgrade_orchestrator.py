@@ -19,9 +19,8 @@ from gpustack.upgrade.state import (
     Target,
     UpgradeRun,
     UpgradeState,
-    in_progress_intervals,
 )
-from tests.upgrade_doubles import NEW, FakeHostUpgrader
+from tests.upgrade_doubles import NEW, FakeHostUpgrader, in_progress_intervals
 
 S = UpgradeState
 FULL_PATH = [
