@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import signal
 import sys
 from typing import Annotated
@@ -78,25 +80,42 @@ Junit = Annotated[
 ]
 
 
-def _opts(
-    inventory: str | None,
-    local: bool = False,
-    limit: str | None = None,
-    extra_vars: list[str] | None = None,
-    tags: str = "",
-    skip_tags: str = "",
-    kubeconfig: str | None = None,
-    output_: str = "text",
-    report: str | None = None,
-    verbose: int = 0,
-    wait: bool = False,
-    **_command_options,
-) -> commands.HostOptions:
-    """The shared options of a host command, from its parameters (`_opts(**locals())`: the
-    command's own options are passed on by the command itself)."""
+# Options every host command takes, appended to each one's own by @host_command.
+COMMON_OPTIONS = {
+    "limit": (Limit, None),
+    "extra_vars": (ExtraVars, None),
+    "output_": (Output, "text"),
+    "report": (Report, None),
+    "verbose": (Verbose, 0),
+}
+
+
+def host_command(fn):
+    """Register `fn(own options..., **common)` as a command that also takes COMMON_OPTIONS; they
+    reach it in `common`. Typer reads the parameters from the signature given here."""
+    sig = inspect.signature(fn, eval_str=True)
+    own = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    shared = [inspect.Parameter(name, keyword, annotation=kind, default=value)
+              for name, (kind, value) in COMMON_OPTIONS.items()]  # fmt: skip
+
+    @functools.wraps(fn)
+    def command(**options):
+        return fn(**options)
+
+    del command.__wrapped__  # typer must see the signature below, not fn's
+    command.__signature__ = sig.replace(parameters=own + shared)
+    return app.command(fn.__name__)(command)
+
+
+def _opts(inventory, local=False, tags="", skip_tags="", kubeconfig=None, wait=False, common=None,
+          **_own) -> commands.HostOptions:  # fmt: skip
+    """The HostOptions of a host command, from its parameters: `_opts(**locals())` (options of
+    the command's own are passed on by the command itself)."""
+    c = common or {}
     return commands.HostOptions(
-        inventory_source(inventory, local), limit, extra_vars or [], tags, skip_tags,
-        kubeconfig, output_, report, verbose, wait,
+        inventory_source(inventory, local), c["limit"], c["extra_vars"] or [], tags, skip_tags,
+        kubeconfig, c["output_"], c["report"], c["verbose"], wait,
     )  # fmt: skip
 
 
@@ -104,93 +123,69 @@ def _exit(code: int) -> None:
     raise typer.Exit(code)
 
 
-@app.command()
+@host_command
 def install(
     inventory: Inventory,
     check: Annotated[
         bool, typer.Option("--check", help="Change nothing; report what would change.")
     ] = False,
     diff: Annotated[bool, typer.Option("--diff", help="Show file differences.")] = False,
-    limit: Limit = None,
-    extra_vars: ExtraVars = None,
     tags: Tags = "",
     skip_tags: SkipTags = "",
     kubeconfig: Kubeconfig = None,
-    output_: Output = "text",
-    report: Report = None,
-    verbose: Verbose = 0,
     junit: Junit = None,
     full: Full = False,
     wait: Wait = False,
+    **common,
 ) -> None:
     """Install the GPU host stack on every target host; with a kubeconfig, the Kubernetes side."""
     _exit(commands.install(_opts(**locals()), check=check, diff=diff, junit=junit, full=full))
 
 
-@app.command()
+@host_command
 def plan(
     inventory: LocalOrInventory = None,
     local: Local = False,
-    limit: Limit = None,
-    extra_vars: ExtraVars = None,
     tags: Tags = "",
     skip_tags: SkipTags = "",
     kubeconfig: Kubeconfig = None,
-    output_: Output = "text",
-    report: Report = None,
-    verbose: Verbose = 0,
     full: Full = False,
+    **common,
 ) -> None:
     """Show what install would change (check + diff); change nothing."""
     _exit(commands.plan(_opts(**locals()), full=full))
 
 
-@app.command()
-def doctor(
-    inventory: LocalOrInventory = None,
-    local: Local = False,
-    limit: Limit = None,
-    extra_vars: ExtraVars = None,
-    output_: Output = "text",
-    report: Report = None,
-    verbose: Verbose = 0,
-) -> None:
+@host_command
+def doctor(inventory: LocalOrInventory = None, local: Local = False, **common) -> None:
     """Read every host (read-only) and list problems with hints."""
     _exit(commands.doctor_cmd(_opts(**locals())))
 
 
-@app.command()
+@host_command
 def status(
     inventory: LocalOrInventory = None,
     local: Local = False,
-    limit: Limit = None,
-    extra_vars: ExtraVars = None,
     kubeconfig: Kubeconfig = None,
-    output_: Output = "text",
-    report: Report = None,
-    verbose: Verbose = 0,
+    **common,
 ) -> None:
     """One row per node: OS, GPUs, driver, runtime (read-only)."""
     _exit(commands.status(_opts(**locals())))
 
 
-@app.command()
+@host_command
 def verify(
     inventory: LocalOrInventory = None,
     local: Local = False,
-    limit: Limit = None,
-    extra_vars: ExtraVars = None,
     kubeconfig: Kubeconfig = None,
-    output_: Output = "text",
-    report: Report = None,
-    verbose: Verbose = 0,
     junit: Junit = None,
+    **common,
 ) -> None:
     """Check every GPU node end to end: host facts (read-only), capacity, a GPU pod, metrics."""
     _exit(commands.verify(_opts(**locals()), junit=junit))
 
 
-@app.command()
+@host_command
 def smoke(
     inventory: LocalOrInventory = None,
     local: Local = False,
@@ -202,17 +197,13 @@ def smoke(
         str | None,
         typer.Option("--capture", help="Write masked tool outputs under DIR.", metavar="DIR"),
     ] = None,
-    limit: Limit = None,
-    extra_vars: ExtraVars = None,
-    output_: Output = "text",
-    report: Report = None,
-    verbose: Verbose = 0,
+    **common,
 ) -> None:
     """Read-only smoke suite of each GPU host with NVIDIA's own tools (docs/gpu-hosts.md)."""
     _exit(commands.smoke(_opts(**locals()), image=image, capture=capture))
 
 
-@app.command()
+@host_command
 def upgrade(
     inventory: Inventory,
     driver_version: Annotated[
@@ -268,12 +259,8 @@ def upgrade(
         bool, typer.Option("--dry-run", help="Print the batch plan; change nothing.")
     ] = False,
     kubeconfig: Kubeconfig = None,
-    limit: Limit = None,
-    extra_vars: ExtraVars = None,
-    output_: Output = "text",
-    report: Report = None,
-    verbose: Verbose = 0,
     wait: Wait = False,
+    **common,
 ) -> None:
     """Rolling, drain-aware, resumable driver upgrade of the fleet (docs/upgrade.md)."""
     from gpustack.upgrade.command import UpgradeOptions, run_upgrade
@@ -282,12 +269,13 @@ def upgrade(
         inventory, driver_version, driver_branch, max_unavailable, max_parallel, canary,
         canary_pause, yes, drain, pod_selector, wait_for_jobs_timeout, pod_deletion_timeout,
         force, drain_timeout, validation_timeout, max_failures, resume, retry_failed, dry_run,
-        kubeconfig, limit, extra_vars, output_, report, verbose, wait,
+        kubeconfig, common["limit"], common["extra_vars"], common["output_"], common["report"],
+        common["verbose"], wait,
     )  # fmt: skip
     _exit(run_upgrade(options))
 
 
-@app.command()
+@host_command
 def uninstall(
     inventory: Inventory,
     components: Annotated[
@@ -295,13 +283,9 @@ def uninstall(
         typer.Option("--components", help="Comma-separated: driver, toolkit, runtime, k8s."),
     ] = "driver",
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
-    limit: Limit = None,
-    extra_vars: ExtraVars = None,
     kubeconfig: Kubeconfig = None,
-    output_: Output = "text",
-    report: Report = None,
-    verbose: Verbose = 0,
     wait: Wait = False,
+    **common,
 ) -> None:
     """Remove what gpustack installed, in reverse lifecycle order."""
     _exit(commands.uninstall(_opts(**locals()), components, yes))
