@@ -21,6 +21,7 @@ pytest -q tests
 echo "== upgrade makespan benchmark (simulated 200-node fleet; exits non-zero if its targets are missed)"
 python benchmarks/upgrade_makespan.py
 echo "== lab tests (podman systemd nodes)"
+python -c 'from gpustack.lab import podman as p; print("cgroup layout:", p.cgroup_layout(), "| lab OCI runtime:", p.oci_runtime() or "podman default")'
 pytest -q -m lab tests/lab
 echo "== molecule scenarios (lab nodes; docs/molecule.md)"
 for scenario in default upgrade; do
