@@ -87,7 +87,7 @@ class ReplayHost(apply.Host):
             return 0, real("query-compute-apps.csv")
         if args == ["-L"]:
             return 0, real("nvidia-smi-L.txt")
-        raise AssertionError("not captured (or changing): %r" % (argv,))
+        raise AssertionError(f"not captured (or changing): {argv!r}")
 
     def which(self, binary):
         return None

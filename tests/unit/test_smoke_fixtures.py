@@ -4,8 +4,8 @@
 listed in COMMANDS.md, nothing may carry an unmasked serial, and the parser must still read from
 the raw files what the smoke report recorded on the host. `public/<source>-<gpu>/` samples were
 published by others or hand-written (SOURCE.md says which) and carry hand-checked expected.json.
-A capture written by today's code is validated the same way, so the rules stay exercised while no
-real capture exists (none does yet: no GPU host has been lent)."""
+A capture written by today's code is validated the same way, so the rules are exercised by the
+code that writes captures now, not only by the one real capture (2026-11-23, one H100)."""
 
 import json
 import re
