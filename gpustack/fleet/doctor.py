@@ -43,7 +43,7 @@ def driver_state(pf: dict[str, Any]) -> str:
     if loaded:
         if installed and not loaded_is_installed(installed, loaded):
             return f"installed {installed}, loaded {loaded}: reboot required"
-        return f"loaded {loaded}"
+        return f"loaded {loaded}" if installed else f"loaded {loaded} (no driver package)"
     if installed:
         if not gpus:
             return f"installed {installed}, not loaded: no NVIDIA device"

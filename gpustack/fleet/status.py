@@ -125,7 +125,15 @@ def node_status(
         "pinned": want.pinned or None,
         "state": doctor.driver_state(pf),  # never hides a missing GPU
     }
-    if not installed:
+    if not installed and loaded:
+        # A .run install or a machine image's driver: install stops there unless it is kept.
+        if inputs.get("nvidia_driver_preinstalled") != "keep":
+            drift.append(
+                f"driver {loaded} loaded without a driver package (preinstalled, or removed and "
+                "not yet unloaded): install stops before any change; "
+                "nvidia_driver_preinstalled=keep leaves it alone"
+            )
+    elif not installed:
         drift.append(f"driver not installed (desired {want.describe()})")
     else:
         if want.version and not same_version(installed, want.version):

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 from tests.lab.test_lab import ssh
 
 pytestmark = pytest.mark.lab
@@ -59,6 +59,46 @@ def test_check_mode_on_fresh_nodes_changes_nothing(lab):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Enable the archive components that carry the NVIDIA driver" in proc.stdout
     assert {n: ssh(lab, n, SNAPSHOT).stdout for n in nodes()} == before
+
+
+# The loaded driver of the H100 lent on 2026-11-23 (machine image, no package), as its
+# /proc/driver/nvidia/version read. A tmpfs over the node's /proc/driver stands in for the module:
+# it proves the role's decision on what the probe reads, nothing about a loaded driver.
+REAL_NVRM = (
+    ROOT / "tests/fixtures/real-gpu/2026-11-23-h100-80gb-hbm3/proc-driver-nvidia-version.txt"
+)
+FAKE_LOADED = (
+    "mount -t tmpfs gpustack-test-nvrm /proc/driver && mkdir /proc/driver/nvidia && "
+    "cat > /proc/driver/nvidia/version"
+)
+
+
+def test_a_preinstalled_driver_stops_install_or_is_kept(lab):
+    host = nodes()[0]
+    text = REAL_NVRM.read_text()
+    assert "'" not in text
+    assert ssh(lab, host, f"{FAKE_LOADED} <<'EOF'\n{text}EOF").returncode == 0
+    try:
+        before = ssh(lab, host, SNAPSHOT).stdout
+        doc = install(lab, "--limit", host)
+        assert doc["rc"] != 0
+        message = doc["hosts"][host]["failures"][-1]["message"]
+        assert "580.159.04 is loaded" in message and "no driver package provides it" in message
+        assert "Hint: set nvidia_driver_preinstalled=keep" in message
+        assert ssh(lab, host, SNAPSHOT).stdout == before  # nothing changed
+        status = json.loads(run_cli("status", str(lab), "--limit", host, "-o", "json").stdout)
+        assert any("loaded without a driver package" in d for d in status["drift"][host])
+
+        kept = install(lab, "--limit", host, "-e", "nvidia_driver_preinstalled=keep")
+        assert kept["rc"] == 0, kept["hosts"][host].get("failures")
+        state = driver(kept, host)["state"]
+        assert state == "loaded 580.159.04 (preinstalled: no driver package, left alone)", state
+        assert ssh(lab, host, SNAPSHOT).stdout == before  # left alone: no source, package, pin
+        status = json.loads(run_cli("status", str(lab), "--limit", host, "-o", "json",
+                                    "-e", "nvidia_driver_preinstalled=keep").stdout)  # fmt: skip
+        assert not [d for d in status["drift"][host] if d.startswith("driver")]
+    finally:
+        ssh(lab, host, "umount /proc/driver")
 
 
 def test_unknown_version_fails_and_rolls_sources_back(lab):
@@ -163,8 +203,22 @@ def test_cuda_repo_is_tried_and_fails_cleanly_at_the_network_boundary(lab):
 
 
 def test_uninstall_restores_the_package_set(lab):
-    proc = run_cli("uninstall", str(lab), "--components", "driver", "--yes")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # node2's driver "stays loaded" after its packages go, as a real module does until a reboot:
+    # the uninstall records it, and the next install must not take it for a preinstalled driver.
+    loaded = nodes()[1]
+    text = REAL_NVRM.read_text()
+    assert ssh(lab, loaded, f"{FAKE_LOADED} <<'EOF'\n{text}EOF").returncode == 0
+    try:
+        proc = run_cli("uninstall", str(lab), "--components", "driver", "--yes")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        marker = "/var/lib/gpustack/nvidia_driver.removed-loaded"
+        assert ssh(lab, loaded, f"cat {marker}").stdout == "580.159.04\n"
+        assert ssh(lab, nodes()[0], f"test -e {marker}").returncode == 1  # nothing was loaded
+        plan = run_cli("plan", str(lab), *DISTRO, "--limit", loaded)
+        assert plan.returncode == 0, plan.stdout + plan.stderr
+        assert "no driver package provides it" not in plan.stdout
+    finally:
+        ssh(lab, loaded, "umount /proc/driver")
     for host in nodes():
         after = ssh(
             lab,

@@ -81,6 +81,20 @@ def test_every_difference_is_named(kwargs, expected):
     assert fleet.node_status("n1", facts(**kwargs)).drift == expected
 
 
+def test_a_preinstalled_driver_is_drift_unless_it_is_kept():
+    """A driver loaded with no package, as on the H100 lent on 2026-11-23 (driver 580.159.04 from
+    the machine image): install would stop there, so status says so; with keep it is no drift."""
+    pre = {"installed": None, "pinned": None, "gpus": 1, "loaded": "580.159.04"}
+    row = fleet.node_status("n1", facts(**pre))
+    assert row.drift == [
+        "driver 580.159.04 loaded without a driver package (preinstalled, or removed and not yet "
+        "unloaded): install stops before any change; nvidia_driver_preinstalled=keep leaves it alone"
+    ]
+    assert row.driver["state"] == "loaded 580.159.04 (no driver package)"
+    kept = fleet.node_status("n1", facts(**pre, inputs={"nvidia_driver_preinstalled": "keep"}))
+    assert kept.drift == [] and kept.driver["loaded"] == "580.159.04"
+
+
 def test_matching_versions_loaded_driver_and_epochs_are_no_drift():
     row = fleet.node_status("n1", facts(gpus=1, loaded="535.261.03",
                                         inputs={"nvidia_driver_version": "1:" + OLD}))  # fmt: skip
