@@ -276,3 +276,15 @@ def test_a_boot_that_did_not_switch_the_mode_is_failed(cluster, kubeconfig, cloc
     assert result.reason == "MIG mode change did not take effect after rebooting"
     assert node(emu)["metadata"]["annotations"][REASON_ANNOTATION] == result.reason
     assert node(emu)["metadata"]["labels"][PLUGIN] == "true"
+
+
+def test_the_flow_uses_the_strategy_the_device_plugin_runs_with(mig_node, kubeconfig, tmp_path):
+    from gpustack.k8s.cluster.mig import connect_backend
+
+    emu = mig_node[0]
+    inv = inventory(tmp_path, ["gpu1"])
+    _, strategy = connect_backend(str(kubeconfig), inv, {})  # configured: none; deployed: mixed
+    assert strategy == "mixed"
+    emu.delete("apps/v1", "DaemonSet", "nvidia-device-plugin", NS)
+    _, strategy = connect_backend(str(kubeconfig), inv, {"gpustack_k8s_mig_strategy": "single"})
+    assert strategy == "single"

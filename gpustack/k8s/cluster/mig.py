@@ -21,7 +21,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
+
+from gpustack.errors import GpustackError
 from gpustack.fleet.mig import CONFIG_LABEL, STATE_LABEL, resource_drift
+from gpustack.k8s.cluster.connect import api_hint, status_message
 from gpustack.k8s.cluster.upgrade import KubernetesBackend
 from gpustack.upgrade.backend import StepFailed, StepOptions
 from gpustack.upgrade.executors import Clock
@@ -157,3 +161,38 @@ class MigKubernetesBackend:
                     f"{opts.validation_timeout:g} s"
                 )
             clock.sleep(opts.poll)
+
+
+def deployed_strategy(cluster, namespace: str) -> str | None:
+    """MIG_STRATEGY of gpustack's device plugin DaemonSet as deployed (None: not deployed)."""
+    path = f"/apis/apps/v1/namespaces/{namespace}/daemonsets/nvidia-device-plugin"
+    try:
+        ds = cluster.raw("GET", path)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise GpustackError(
+                f"cannot read DaemonSet {namespace}/nvidia-device-plugin: {status_message(exc)}",
+                api_hint(exc),
+            ) from None
+        ds = None
+    if ds is None:
+        return None
+    containers = ((ds.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers")
+    for container in containers or []:
+        for env in container.get("env") or []:
+            if env.get("name") == "MIG_STRATEGY":
+                return str(env.get("value") or "none")
+    return "none"
+
+
+def connect_backend(kubeconfig: str, inventory, extravars) -> tuple[MigKubernetesBackend, str]:
+    """The cluster, every inventory host's Node (BadInput when one is missing), and the MIG
+    strategy the device plugin runs with (as deployed; else as configured)."""
+    from gpustack.k8s.manifests import config_from_inventory
+
+    nodes = KubernetesBackend.from_kubeconfig(
+        kubeconfig, inventory, {**extravars, "gpustack_upgrade_verify_pod": "false"}
+    )
+    configured = config_from_inventory(inventory, extravars)
+    strategy = deployed_strategy(nodes.cluster, configured.namespace) or configured.mig_strategy
+    return MigKubernetesBackend(nodes), strategy
