@@ -75,7 +75,9 @@ def test_install_applies_labels_verifies_and_exits_3_without_gpu(tmp_path, state
     assert len(list((state_dir / "runs").iterdir())) == runs_before
 
 
-def test_mig_labels_failed_with_the_role_s_reason_on_a_host_without_gpu(tmp_path, state_dir, cluster):
+def test_mig_labels_failed_with_the_role_s_reason_on_a_host_without_gpu(
+    tmp_path, state_dir, cluster
+):
     """`gpustack mig` end to end: real CLI, real Ansible (playbooks/mig.yml in check mode on this
     machine: the flow's first, read-only call), the emulator. No GPU here: the role says so, the
     node's nvidia.com/mig.config.state is failed with that reason, and nothing else ran."""
