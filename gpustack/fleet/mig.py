@@ -97,13 +97,13 @@ def node_strategy(gpus: Sequence[Mapping[str, Any]], desired: bool = True) -> st
     return "mixed"
 
 
-def derive_strategy(nodes: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
+def derive_strategy(nodes: Mapping[str, Sequence[Mapping[str, Any]]], desired: bool = True) -> str:
     """Pure: one strategy for the cluster (the device plugin's is cluster-wide).
 
     none when no node has a GPU in MIG mode; single when every node with MIG is single (nodes
     without MIG advertise whole GPUs as nvidia.com/gpu under single too); else mixed.
     """
-    per_node = {node_strategy(gpus) for gpus in nodes.values()}
+    per_node = {node_strategy(gpus, desired) for gpus in nodes.values()}
     if per_node <= {"none"}:
         return "none"
     if per_node <= {"none", "single"}:
