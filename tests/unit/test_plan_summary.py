@@ -101,3 +101,11 @@ def test_real_check_mode_run_of_the_runtime_role_is_summarised(tmp_path, state_d
     assert plan["install"] == plan["upgrade"] == plan["remove"] == []
     assert (config.read_bytes() if config.exists() else None) == before
     assert not Path("/etc/containerd/conf.d/99-nvidia.toml").exists()
+
+
+def test_mig_layout_changes_are_their_own_section():
+    mig = {"config": "all-balanced", "reason": "would change: GPU 0: create 2 x 1g.10gb"}
+    plan = summarize([TaskChange("Apply the MIG layout", "nvidia_mig", [], "gpustack_mig",
+                                 {"mig": mig})])  # fmt: skip
+    assert plan.mig == ["all-balanced: would change: GPU 0: create 2 x 1g.10gb"]
+    assert plan.other == [] and not plan.empty()
