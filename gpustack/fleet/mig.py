@@ -200,25 +200,35 @@ def reconfigure_node(
         return result
 
     def record(state: str, reason: str = "") -> NodeResult:
+        result.steps[:] = [s for s in result.steps if s]  # "" : a step that had nothing to do
         backend.record(host, state, reason)
         result.state, result.reason = state, reason
         result.states.append(state)
         return result
 
+    def fail(reason: str) -> NodeResult:
+        step = backend.resume_clients(host)  # a no-op unless this or an earlier run paused them
+        if step:
+            result.steps.append(step)
+        return record(FAILED, reason)
+
     before = backend.state(host)
     check = apply(host, config, True)
     if not check.ran or check.state == FAILED:
-        return record(FAILED, check.reason or "the nvidia_mig role failed")
+        return fail(check.reason or "the nvidia_mig role failed")
     if check.state == SUCCESS and not check.changed:
-        if before == PENDING:  # an earlier run paused this node and waited (reboot required)
-            result.steps.append(backend.resume_clients(host))
+        if before in (PENDING, REBOOTING, FAILED):
+            # An earlier run left the node paused and cordoned (waiting for a reboot, or failed):
+            # the layout is there now, so bring the node back as a change would.
+            steps = [backend.resume_clients(host)]
             why = _verify(host, backend, check, clock, opts, strategy, result)
             if why:
-                return record(FAILED, why)
-            result.steps.append(backend.uncordon(host))
+                return fail(why)
+            steps.append(backend.uncordon(host))
+            result.steps += [s for s in steps if s]
         return record(SUCCESS, check.reason or f"{config} applied")
     if before == REBOOTING:
-        return record(FAILED, "MIG mode change did not take effect after rebooting")
+        return fail("MIG mode change did not take effect after rebooting")
 
     record(PENDING, check.reason)
     try:
@@ -226,8 +236,7 @@ def reconfigure_node(
         result.steps.append(backend.pause_clients(host, clock, opts))
         result.steps.append(backend.evict_gpu_pods(host, clock, opts))
     except StepFailed as exc:
-        result.steps.append(backend.resume_clients(host))
-        return record(FAILED, str(exc))
+        return fail(str(exc))
     out = apply(host, config, False)
     if out.ran and out.state == PENDING and out.reboot_required:
         if reboot is None:
@@ -238,12 +247,12 @@ def reconfigure_node(
         out = reboot(host, config)
         if out.ran and out.state != SUCCESS:
             out.reason = out.reason or "MIG mode change did not take effect after rebooting"
-    result.steps.append(backend.resume_clients(host))
     if not out.ran or out.state != SUCCESS:
-        return record(FAILED, out.reason or "the nvidia_mig role failed")
+        return fail(out.reason or "the nvidia_mig role failed")
+    result.steps.append(backend.resume_clients(host))
     why = _verify(host, backend, out, clock, opts, strategy, result)
     if why:
-        return record(FAILED, why)
+        return fail(why)
     result.steps.append(backend.uncordon(host))
     return record(SUCCESS, out.reason or f"{config} applied")
 

@@ -154,6 +154,13 @@ def test_a_fixture_error_sets_failed_with_its_reason_and_resumes_the_clients(
     assert fixture.mutating_calls() == []
     assert gpu_allocatable(emu) == {"nvidia.com/gpu": "1"}
 
+    # the process is gone: the next run changes the layout and gives the node back
+    again = reconfigure_node("gpu1", backend, applier, clock, OPTS, "mixed")
+    assert again.states == ["pending", "success"], again
+    assert not node(emu)["spec"].get("unschedulable")
+    assert CORDON_ANNOTATION not in (node(emu)["metadata"].get("annotations") or {})
+    assert gpu_allocatable(emu) == {"nvidia.com/mig-1g.10gb": "7"}
+
 
 def test_a_profile_the_gpu_does_not_offer_fails_with_the_role_s_reason(mig_node, kubeconfig, clock):
     emu, _, applier, backend = mig_node

@@ -76,23 +76,22 @@ class MigKubernetesBackend:
         self.nodes.patch_node(host, patch, "label")
 
     def cordon(self, host: str) -> str:
-        meta = self._meta(host)
         node = self.nodes.read_node(host)
-        annotations = meta.get("annotations") or {}
+        annotations = (node.get("metadata") or {}).get("annotations") or {}
         if CORDON_ANNOTATION not in annotations:  # a resumed run keeps the first run's answer
             admin = bool((node.get("spec") or {}).get("unschedulable"))
-            self.nodes.patch_node(
-                host, {"metadata": {"annotations": {CORDON_ANNOTATION: str(admin).lower()}}},
-                "annotate",
-            )  # fmt: skip
+            patch = {"metadata": {"annotations": {CORDON_ANNOTATION: str(admin).lower()}}}
+            self.nodes.patch_node(host, patch, "annotate")
         return self.nodes.cordon(host, None, StepOptions())
 
     def uncordon(self, host: str) -> str:
+        """Uncordon what gpustack cordoned (nothing else: an admin's cordon stays)."""
         annotations = self._meta(host).get("annotations") or {}
-        admin = annotations.get(CORDON_ANNOTATION) == "true"
-        self.nodes.patch_node(host, {"metadata": {"annotations": {CORDON_ANNOTATION: None}}},
-                          "annotate")  # fmt: skip
-        if admin:
+        if CORDON_ANNOTATION not in annotations:
+            return ""
+        patch = {"metadata": {"annotations": {CORDON_ANNOTATION: None}}}
+        self.nodes.patch_node(host, patch, "annotate")
+        if annotations[CORDON_ANNOTATION] == "true":
             return f"{self.nodes.node_names[host]} stays cordoned (an admin had cordoned it)"
         return self.nodes.uncordon(host, None, StepOptions())
 
@@ -133,9 +132,13 @@ class MigKubernetesBackend:
         ]
 
     def resume_clients(self, host: str) -> str:
+        """Restore the client labels this or an earlier run paused ('' when none were)."""
         meta = self._meta(host)
         labels = meta.get("labels") or {}
-        recorded = json.loads((meta.get("annotations") or {}).get(PAUSED_ANNOTATION) or "{}")
+        annotations = meta.get("annotations") or {}
+        if PAUSED_ANNOTATION not in annotations:
+            return ""
+        recorded = json.loads(annotations[PAUSED_ANNOTATION] or "{}")
         back = {k: v for k, v in recorded.items() if labels.get(k) == PAUSED}
         patch = {"metadata": {"labels": back, "annotations": {PAUSED_ANNOTATION: None}}}
         self.nodes.patch_node(host, patch, "resume GPU clients on")
