@@ -73,3 +73,29 @@ def test_paused_values_leave_forced_off_and_absent_labels_alone():
         "other": "x",
     }
     assert paused_values(labels) == {"nvidia.com/gpu.deploy.device-plugin": "true"}
+
+
+def test_a_real_driver_s_no_mig_devices_answer_with_exit_0_reads_as_no_instances():
+    """Driver 580.159.04 on an H100 (lead's capture): `nvidia-smi mig -lgi/-lci` print "No
+    MIG-enabled devices found." with exit 0 (the fixture exits 6). Both read as no instances."""
+    from tests.unit.mig_local import apply, plan
+
+    smi = apply.smi  # the module the role's applier reads GPUs with
+    answer = "No MIG-enabled devices found."
+    assert plan.parse_lgi(answer) == [] and plan.parse_lci(answer) == []
+
+    class Host:
+        smi = "nvidia-smi"
+
+        def __init__(self, code):
+            self.code = code
+
+        def run(self, argv):
+            if "--query-gpu" in argv[1]:
+                return 0, ("0, GPU-a, NVIDIA H100 80GB HBM3, 00000000:18:00.0, 0x233010DE, "
+                           "0x16C110DE, Enabled, Enabled")  # fmt: skip
+            return (self.code, answer) if argv[2] in ("-lgi", "-lci") else (0, "")
+
+    for code in (0, 6):  # the real driver's exit code, the fixture's
+        gpus, error = smi.read_gpus(Host(code))
+        assert error is None and gpus[0]["instances"] == {} and gpus[0]["empty_gis"] == 0
