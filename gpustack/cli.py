@@ -276,6 +276,34 @@ def upgrade(
 
 
 @host_command
+def mig(
+    inventory: Inventory,
+    reboot: Annotated[
+        bool, typer.Option("--reboot", help="Reboot a node whose MIG mode change needs it.")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Also evict GPU pods no controller manages.")
+    ] = False,
+    pod_deletion_timeout: Annotated[
+        float, typer.Option("--pod-deletion-timeout", min=1, help="Seconds to evict GPU pods.")
+    ] = 300,
+    validation_timeout: Annotated[
+        float, typer.Option("--validation-timeout", min=1, help="Seconds for the new resources.")
+    ] = 600,
+    kubeconfig: Kubeconfig = None,
+    wait: Wait = False,
+    **common,
+) -> None:
+    """Apply each node's MIG layout from its nvidia.com/mig.config label (docs/mig.md)."""
+    from gpustack.fleet.mig_command import run_mig
+    from gpustack.upgrade.backend import StepOptions
+
+    steps = StepOptions(force=force, pod_deletion_timeout=pod_deletion_timeout,
+                        validation_timeout=validation_timeout)  # fmt: skip
+    _exit(run_mig(_opts(**locals()), steps, reboot=reboot))
+
+
+@host_command
 def uninstall(
     inventory: Inventory,
     components: Annotated[

@@ -178,6 +178,7 @@ def _diffs(res: dict[str, Any]) -> list[dict[str, Any]]:
 
 _DETAIL_KEYS = (
     *("dest", "path", "name", "state", "enabled", "stdout", "msg", "item", "before", "after"),
+    "mig",  # the nvidia_mig module's document: its check mode says what would change
 )
 
 

@@ -23,6 +23,9 @@ from gpustack import __version__, credentials, driver_version, paths
 
 # The host roles of playbooks/site.yml that record a stamp, in lifecycle order.
 HOST_ROLES = ("nvidia_driver", "nvidia_container_toolkit", "container_runtime")
+# Roles of site.yml that are strict no-ops while their switch input is empty and record no
+# stamp: a host with the switch set is never proven converged (a full run checks its GPUs).
+SWITCHED_ROLES = {"nvidia_mig": "nvidia_mig_config"}
 # Inputs read by a role that are not its own (prefix-less, cross-role).
 SHARED_INPUTS = {"nvidia_driver": ("gpustack_require_gpu",)}
 UNSET = "__unset__"
@@ -65,7 +68,8 @@ def role_defaults(role: str) -> dict[str, Any]:
 def extravars(record: bool) -> dict[str, Any]:
     """What the CLI adds to -e: input names for the probe and the roles; the content hash
     turns recording on (install without --check, --tags or --skip-tags)."""
-    out: dict[str, Any] = {INPUTS_VAR: {role: list(role_input_names(role)) for role in HOST_ROLES}}
+    roles = (*HOST_ROLES, *SWITCHED_ROLES)
+    out: dict[str, Any] = {INPUTS_VAR: {role: list(role_input_names(role)) for role in roles}}
     if record:
         out[CONTENT_VAR] = content_hash()
     return out
@@ -216,6 +220,10 @@ def decide(host: str, facts: dict[str, Any], content: str) -> Decision:
             role, entry, preflight, resolved, content, probe.get("apt_lists_age")
         )
         published.update((entry.get("stamp") or {}).get("published") or {})
+    for role, switch in SWITCHED_ROLES.items():
+        value = resolved.get(switch, UNSET)
+        if value not in (UNSET, "", None):
+            reasons.append(f"{role}: {switch}={value} (no stamp: a full run checks the GPUs)")
     loaded = facts.get("gpustack_runtime_loaded") or {}
     if loaded.get("restart_pending"):
         reasons.append("container_runtime: restart pending (a run stopped before restarting)")

@@ -29,6 +29,7 @@ class HostPlan:
     files: list[dict[str, Any]] = field(default_factory=list)  # path, task, diff
     services: list[str] = field(default_factory=list)
     reboots: list[str] = field(default_factory=list)
+    mig: list[str] = field(default_factory=list)  # "layout: what would change" (nvidia_mig)
     other: list[str] = field(default_factory=list)  # changed tasks none of the above explains
 
     def empty(self) -> bool:
@@ -99,6 +100,9 @@ def summarize(changes: list[TaskChange]) -> HostPlan:
             _add(plan.services, f"{details.get('name', '?')}: would be {state}")
         elif action == "reboot":
             _add(plan.reboots, label)
+        elif action == "gpustack_mig":
+            mig = details.get("mig") or {}
+            _add(plan.mig, f"{mig.get('config', '?')}: {mig.get('reason') or label}")
         else:
             _add(plan.other, label)
     return plan

@@ -76,6 +76,7 @@ class NodeStatus:
     toolkit: dict[str, Any] = field(default_factory=dict)
     runtime: dict[str, Any] = field(default_factory=dict)
     reboot_required: bool = False
+    mig: dict[str, Any] | None = None  # the MIG layout (nvidia_mig's check mode), when one is set
     kubernetes: dict[str, Any] | None = None
     upgrade_state: str | None = None
     drift: list[str] = field(default_factory=list)
@@ -200,10 +201,35 @@ def node_status(
     if st.get("reboot_required_file"):
         row.reboot_required = True
 
+    row.mig = mig_status(facts.get("gpustack_mig"))
+    if row.mig and row.mig["drift"]:
+        drift.append(f"MIG layout {row.mig['config']}: {row.mig['drift']}")
+
     # Kubernetes side (only with a kubeconfig)
     if k8s_expected:
         drift.extend(kubernetes_drift(row.gpu_count, kubernetes))
     return row
+
+
+def mig_status(fact: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The MIG row of a host from the nvidia_mig role's check-mode `gpustack_mig` (None: no
+    layout set). `layout` is per GPU what it holds now; `drift` what the layout wants changed
+    (the role's own words), '' when it matches."""
+    if not fact:
+        return None
+    layout = []
+    for gpu in fact.get("gpus") or []:
+        applied = gpu.get("applied")
+        if gpu.get("mode_current") != "Enabled":
+            layout.append(f"GPU {gpu.get('index')}: MIG {gpu.get('mode_current') or '?'}")
+        else:
+            held = ", ".join(f"{n} x {p}" for p, n in sorted((applied or {}).items())) or "none"
+            layout.append(f"GPU {gpu.get('index')}: {held}")
+    state, reason = fact.get("state"), str(fact.get("reason") or "")
+    drift = ""
+    if state != "success":
+        drift = reason.removeprefix("would change: ") or str(state)
+    return {"config": fact.get("config"), "state": state, "layout": layout, "drift": drift}
 
 
 # Packages of the driver's release that come from other source packages (Debian, Ubuntu,

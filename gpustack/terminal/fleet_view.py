@@ -160,6 +160,15 @@ def print_status(rows: list[NodeStatus], kubernetes: bool, wide: bool = False) -
         # e.g. GFD labels need NFD running; wrapped so the default view stays within 120 columns
         lines = textwrap.wrap(f"Note: {note}", DEFAULT_WIDTH)
         stdout.print("\n[yellow]Note:[/]" + escape("\n".join(lines))[len("Note:") :])
+    mig = [r for r in rows if r.mig]
+    if mig:
+        stdout.print("\nMIG layouts:")
+        for r in mig:
+            held = "; ".join(r.mig["layout"]) or "no GPU"
+            drift = r.mig["drift"]
+            state = f"[red]{escape(drift)}[/]" if drift else "[green]as desired[/]"
+            name, config = escape(r.host), escape(str(r.mig["config"]))
+            stdout.print(f"  {name}: {config} — {escape(held)} — {state}", soft_wrap=True)
     drifted = [r for r in rows if r.drift]
     if drifted:
         more = "" if wide else " `-o wide` names every difference;"
@@ -184,6 +193,7 @@ def print_plan(plans: dict[str, HostPlan], verbose: int = 0) -> None:
             ("holds", plan.holds),
             ("restart/enable", plan.services),
             ("reboot", plan.reboots),
+            ("MIG layout", plan.mig),
             ("other", plan.other),
         )
         for title, items in sections:

@@ -73,3 +73,37 @@ def test_install_applies_labels_verifies_and_exits_3_without_gpu(tmp_path, state
     assert emu.objects("apps/v1", "DaemonSet") == []
     assert emu.get("node.k8s.io/v1", "RuntimeClass", "nvidia") is None
     assert len(list((state_dir / "runs").iterdir())) == runs_before
+
+
+def test_mig_labels_failed_with_the_role_s_reason_on_a_host_without_gpu(
+    tmp_path, state_dir, cluster
+):
+    """`gpustack mig` end to end: real CLI, real Ansible (playbooks/mig.yml in check mode on this
+    machine: the flow's first, read-only call), the emulator. No GPU here: the role says so, the
+    node's nvidia.com/mig.config.state is failed with that reason, and nothing else ran."""
+    emu = cluster.emulator
+    emu.add_node("gpuhost", labels={"nvidia.com/mig.config": "all-1g.10gb"})
+    kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig")
+    report = tmp_path / "mig.json"
+
+    result = run_cli("mig", str(local_inventory(tmp_path)), "--kubeconfig", str(kubeconfig),
+                     "--report", str(report), timeout=300)  # fmt: skip
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    node = emu.get("v1", "Node", "gpuhost")
+    assert node["metadata"]["labels"]["nvidia.com/mig.config.state"] == "failed"
+    reason = node["metadata"]["annotations"]["gpustack.io/mig-config-failure"]
+    assert "no NVIDIA device" in reason, reason
+    assert not node["spec"].get("unschedulable")  # failed before anything was paused or cordoned
+    doc = json.loads(report.read_text())
+    assert doc["nodes"]["gpuhost"]["states"] == ["failed"]
+    assert doc["mig_strategy"] == "none"  # no device plugin deployed: the configured one
+    assert "gpuhost: all-1g.10gb failed: " in result.stdout
+
+
+def test_mig_without_a_cluster_is_bad_input(tmp_path, state_dir, monkeypatch):
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    result = run_cli("mig", str(local_inventory(tmp_path)), timeout=120)
+    assert result.returncode == 2
+    assert "Error: gpustack mig reads each node's nvidia.com/mig.config label" in result.stderr
+    assert "Hint: pass --kubeconfig" in result.stderr

@@ -320,3 +320,16 @@ def test_full_and_tags_run_site_on_every_host(monkeypatch):
     # --tags: no stamp is written (a partial run proves nothing); check mode writes none either
     assert calls == [("site.yml", ["a", "b"], True), ("site.yml", ["a", "b"], False),
                      ("site.yml", ["a", "b"], False)]  # fmt: skip
+
+
+def test_a_mig_layout_set_means_a_full_run_and_unset_keeps_the_fast_path():
+    """nvidia_mig records no stamp: a host with nvidia_mig_config set is never proven converged
+    (its GPUs' layout is checked by the full run); empty or unset leaves the fast path alone."""
+    assert reasons(host_facts({**RESOLVED, "nvidia_mig_config": "all-1g.10gb"})) == [
+        "nvidia_mig: nvidia_mig_config=all-1g.10gb (no stamp: a full run checks the GPUs)"
+    ]
+    assert reasons(host_facts({**RESOLVED, "nvidia_mig_config": ""})) == []
+    assert reasons(host_facts({**RESOLVED, "nvidia_mig_config": converged.UNSET})) == []
+    assert (
+        "nvidia_mig_config" in converged.extravars(record=False)[converged.INPUTS_VAR]["nvidia_mig"]
+    )

@@ -101,3 +101,14 @@ def test_real_check_mode_run_of_the_runtime_role_is_summarised(tmp_path, state_d
     assert plan["install"] == plan["upgrade"] == plan["remove"] == []
     assert (config.read_bytes() if config.exists() else None) == before
     assert not Path("/etc/containerd/conf.d/99-nvidia.toml").exists()
+
+
+def test_mig_layout_changes_are_their_own_section():
+    mig = {"config": "all-balanced", "reason": "would change: GPU 0: create 2 x 1g.10gb"}
+    tracker = RunTracker(["n1"])  # the module's result as ansible-runner hands it over
+    tracker.handle({"event": "runner_on_ok", "event_data": {
+        "host": "n1", "task": "Apply the MIG layout", "role": "nvidia_mig",
+        "resolved_action": "gpustack_mig", "res": {"changed": True, "mig": mig}}})  # fmt: skip
+    plan = summarize(tracker.hosts["n1"].changes)
+    assert plan.mig == ["all-balanced: would change: GPU 0: create 2 x 1g.10gb"]
+    assert plan.other == [] and not plan.empty()

@@ -231,3 +231,24 @@ def test_upgrade_state_file_is_read_per_node(tmp_path, state_dir):
     assert fleet.upgrade_states(inventory) == {"n1": "drain-required", "n2": "upgrade-required"}
     path.write_text("{not json")
     assert fleet.upgrade_states(inventory) == {}
+
+
+def mig_fact(state="success", reason="layout all-1g.10gb applied", applied=None, mode="Enabled"):
+    """The nvidia_mig role's check-mode gpustack_mig (keys of roles/nvidia_mig docs/mig.md)."""
+    return {"config": "all-1g.10gb", "state": state, "reason": reason,
+            "gpus": [{"index": 0, "mode_current": mode,
+                      "applied": {"1g.10gb": 7} if applied is None else applied}]}  # fmt: skip
+
+
+def test_mig_layout_and_its_drift():
+    row = fleet.node_status("n1", {**facts(), "gpustack_mig": mig_fact()})
+    assert row.mig == {"config": "all-1g.10gb", "state": "success",
+                       "layout": ["GPU 0: 7 x 1g.10gb"], "drift": ""}  # fmt: skip
+    assert row.drift == []
+    changed = mig_fact("pending", "would change: GPU 0: create 4 x 1g.10gb", {"1g.10gb": 3})
+    row = fleet.node_status("n1", {**facts(), "gpustack_mig": changed})
+    assert row.mig["layout"] == ["GPU 0: 3 x 1g.10gb"]
+    assert row.drift == ["MIG layout all-1g.10gb: GPU 0: create 4 x 1g.10gb"]
+    off = fleet.node_status("n1", {**facts(), "gpustack_mig": mig_fact(mode="Disabled")})
+    assert off.mig["layout"] == ["GPU 0: MIG Disabled"]
+    assert fleet.node_status("n1", facts()).mig is None  # no layout set: no MIG row

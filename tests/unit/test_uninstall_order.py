@@ -23,7 +23,11 @@ def test_uninstall_runs_in_reverse_lifecycle_order():
         ("nvidia_driver", "uninstall.yml"),
     ]
     (site,) = yaml.safe_load((ROOT / "playbooks/site.yml").read_text())
+    # nvidia_mig (last in site.yml) has no uninstall yet: it leaves the MIG mode as it is and
+    # its unit, settings and state file stay (docs/mig.md "Not done yet").
     install_order = [r["role"] for r in site["roles"]][1:]
+    assert install_order[-1] == "nvidia_mig"
+    install_order = install_order[:-1]
     assert [r for r, _ in roles][2:] == list(reversed(install_order))
 
 

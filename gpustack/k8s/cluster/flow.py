@@ -9,11 +9,15 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from gpustack.ansible.inventory import Inventory
 from gpustack.ansible.results import RunResult
+from gpustack.fleet.mig import derive_strategy
 from gpustack.k8s.cluster import apply, gfd, nodes
 from gpustack.k8s.cluster.connect import Clock, Cluster, check_reachable, connect
 from gpustack.k8s.cluster.verify import NodeReport, Target, verify
 from gpustack.k8s.manifests import ClusterConfig, config_from_inventory, node_labels, render
+
+MIG_STRATEGY_VAR = "gpustack_k8s_mig_strategy"
 
 
 @dataclass
@@ -25,6 +29,7 @@ class Session:
     version: str
     node_names: dict[str, str]  # inventory host -> expected Node name
     hostvars: dict[str, dict[str, Any]]
+    mig_strategy_set: bool = True  # the user chose gpustack_k8s_mig_strategy (else derived)
 
 
 def prepare(
@@ -37,7 +42,30 @@ def prepare(
         return None
     version = check_reachable(cluster)
     names = {h: nodes.node_name_for(h, inventory.hostvars.get(h) or {}) for h in inventory.hosts}
-    return Session(cluster, config, version, names, inventory.hostvars)
+    return Session(cluster, config, version, names, inventory.hostvars,
+                   mig_strategy_set=strategy_set(inventory, extravars))  # fmt: skip
+
+
+def strategy_set(inventory, extravars: dict[str, Any]) -> bool:
+    """Whether gpustack_k8s_mig_strategy is set (-e, inventory, group_vars/host_vars)."""
+    if MIG_STRATEGY_VAR in extravars:
+        return True
+    if isinstance(inventory, Inventory):
+        from gpustack.k8s.manifests_vars import inventory_k8s_vars
+
+        return any(MIG_STRATEGY_VAR in v for v in inventory_k8s_vars(inventory).values())
+    return any(MIG_STRATEGY_VAR in v for v in (inventory or {}).values())
+
+
+def derived_config(session: Session, targets) -> ClusterConfig:
+    """The configuration to deploy: the MIG strategy derived from the layouts the nvidia_mig
+    role applied on these hosts (its `gpustack_mig` facts) unless the user set one."""
+    layouts = {t.host: (t.facts.get("gpustack_mig") or {}).get("gpus") for t in targets}
+    layouts = {h: g for h, g in layouts.items() if g}
+    if session.mig_strategy_set or not layouts or session.config.mps_replicas > 1:
+        return session.config
+    strategy = derive_strategy({h: g for h, g in layouts.items()}, desired=False)
+    return session.config.model_copy(update={"mig_strategy": strategy})
 
 
 @dataclass
@@ -51,6 +79,7 @@ class ClusterReport:
     nodes: list[NodeReport] = field(default_factory=list)
     nfd_api: bool = False  # NFD's NodeFeature API served (GFD's mode under gfd_mode=auto)
     gfd_mode: str = ""  # node-feature-api or feature-file, as rendered ("" with GFD off)
+    mig_strategy: str = ""  # as deployed by install (derived from the layouts unless set)
 
     @property
     def passed(self) -> bool:
@@ -65,6 +94,7 @@ class ClusterReport:
             "labels": self.labels,
             "daemonsets": [asdict(d) for d in self.daemonsets],
             "gfd": {"mode": self.gfd_mode, "nfd_api": self.nfd_api},
+            "mig_strategy": self.mig_strategy,
             "nodes": {n.host: n.to_dict() for n in self.nodes},
             "passed": self.passed,
         }
@@ -131,6 +161,8 @@ def install(
     report = ClusterReport(cluster.api.configuration.host, session.version, check_mode=check)
     matches = nodes.find_nodes(cluster, session.node_names, session.hostvars)
     targets = _targets(session, result, matches)
+    session.config = config = derived_config(session, targets)
+    report.mig_strategy = config.mig_strategy
     labelled: dict[str, dict[str, str]] = {}
     for target in targets:
         if target.error or target.node is None:
@@ -173,6 +205,13 @@ def verify_cluster(
     """`gpustack verify`: read-only host facts are in `result`; check the cluster side."""
     cluster = session.cluster
     report = ClusterReport(cluster.api.configuration.host, session.version)
+    if not session.mig_strategy_set:  # the strategy install derived and deployed
+        from gpustack.k8s.cluster.mig import deployed_strategy
+
+        deployed = deployed_strategy(cluster, session.config.namespace)
+        if deployed in ("none", "single", "mixed"):
+            session.config = session.config.model_copy(update={"mig_strategy": deployed})
+    report.mig_strategy = session.config.mig_strategy
     matches = nodes.find_nodes(cluster, session.node_names, session.hostvars)
     targets = _targets(session, result, matches)
     labelled = {

@@ -113,7 +113,7 @@ class KubernetesBackend:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def _node(self, host: str) -> dict[str, Any]:
+    def read_node(self, host: str) -> dict[str, Any]:
         name = self.node_names[host]
         return self.cluster.get(f"/api/v1/nodes/{name}", f"read node {name}")
 
@@ -144,7 +144,7 @@ class KubernetesBackend:
     def recorded_states(self, names: Sequence[str]) -> dict[str, str | None]:
         return {host: cond.state for host, cond in self.conditions(names).items()}
 
-    def _pods_on(self, host: str, **query: Any) -> list[dict[str, Any]]:
+    def pods_on(self, host: str, **query: Any) -> list[dict[str, Any]]:
         name = self.node_names[host]
         return self.cluster.list_all(
             "/api/v1/pods", f"list pods on {name}", fieldSelector=f"spec.nodeName={name}", **query
@@ -152,7 +152,7 @@ class KubernetesBackend:
 
     # -- writing ----------------------------------------------------------------------------
 
-    def _patch(self, host: str, patch: dict[str, Any], what: str) -> None:
+    def patch_node(self, host: str, patch: dict[str, Any], what: str) -> None:
         name = self.node_names[host]
         call(
             lambda: self.cluster.raw(
@@ -171,14 +171,14 @@ class KubernetesBackend:
         elif state != UpgradeState.REQUIRED:
             annotations[ADMIN_ANNOTATION] = "true" if admin_cordoned else "false"
         patch = {"metadata": {"labels": {STATE_LABEL: state}, "annotations": annotations}}
-        self._patch(name, patch, "label")
+        self.patch_node(name, patch, "label")
 
     def cordon(self, name: str, clock: Clock, opts: StepOptions) -> str:
-        self._patch(name, {"spec": {"unschedulable": True}}, "cordon")
+        self.patch_node(name, {"spec": {"unschedulable": True}}, "cordon")
         return f"cordoned {self.node_names[name]}"
 
     def uncordon(self, name: str, clock: Clock, opts: StepOptions) -> str:
-        self._patch(name, {"spec": {"unschedulable": None}}, "uncordon")
+        self.patch_node(name, {"spec": {"unschedulable": None}}, "uncordon")
         return f"uncordoned {self.node_names[name]}"
 
     # -- steps ------------------------------------------------------------------------------
@@ -187,7 +187,7 @@ class KubernetesBackend:
         start = clock.now()
         while True:
             running = [
-                p for p in self._pods_on(name, labelSelector=opts.pod_selector) if not _terminal(p)
+                p for p in self.pods_on(name, labelSelector=opts.pod_selector) if not _terminal(p)
             ]
             if not running:
                 return f"no running pod matches {opts.pod_selector}"
@@ -202,7 +202,7 @@ class KubernetesBackend:
     def evict_gpu_pods(self, name: str, clock: Clock, opts: StepOptions) -> str:
         pods = [
             p
-            for p in self._pods_on(name)
+            for p in self.pods_on(name)
             if is_gpu_pod(p) and not _terminal(p) and _controller(p) != "DaemonSet"
         ]
         return self._evict(name, pods, clock, opts, opts.pod_deletion_timeout, "GPU pod")
@@ -210,7 +210,7 @@ class KubernetesBackend:
     def drain(self, name: str, clock: Clock, opts: StepOptions) -> str:
         pods = [
             p
-            for p in self._pods_on(name)
+            for p in self.pods_on(name)
             if not _terminal(p)
             and _controller(p) != "DaemonSet"
             and MIRROR_ANNOTATION not in ((p.get("metadata") or {}).get("annotations") or {})
@@ -236,7 +236,7 @@ class KubernetesBackend:
                     blocked.pop((ns, pod), None)
             still = {
                 _ref(p): p["metadata"].get("uid")
-                for p in self._pods_on(host)
+                for p in self.pods_on(host)
                 if _ref(p) in pending and p["metadata"].get("uid") == pending[_ref(p)]
             }
             pending = {k: v for k, v in pending.items() if k in still}
@@ -274,7 +274,7 @@ class KubernetesBackend:
         start = clock.now()
         node_name = self.node_names[name]
         while True:
-            node = self._node(name)
+            node = self.read_node(name)
             gpus = gpu_allocatable(node)
             if _ready(node) and gpus > 0:
                 break
@@ -295,8 +295,8 @@ class KubernetesBackend:
         from gpustack.k8s.manifests import render_verify_pod
 
         node = self.node_names[host]
-        node_obj = self._node(host)
-        pods = self._pods_on(host)
+        node_obj = self.read_node(host)
+        pods = self.pods_on(host)
         found = gpu_resources.units(node_obj, pods)
         unit = gpu_resources.choose(found, self.config.resource_name)
         if unit is None:  # the node's GPUs are busy again: verify without disturbing them

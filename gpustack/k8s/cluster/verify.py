@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpustack.fleet import doctor
+from gpustack.fleet.mig import expected_resources, resource_drift
 from gpustack.k8s.cluster import gfd, gpu_resources, metrics
 from gpustack.k8s.cluster.checks import FAILED, PASSED, SKIPPED, NodeReport
 from gpustack.k8s.cluster.connect import Clock, Cluster
@@ -168,6 +169,18 @@ def verify(
     return [reports[t.host] for t in targets]
 
 
+def mig_layouts(targets: list[Target], config: ClusterConfig) -> dict[str, dict[str, int]]:
+    """host -> the GPU resources its MIG layout gives under the configured strategy, for hosts
+    whose nvidia_mig role ran (its `gpustack_mig` fact, state success): the device plugin must
+    advertise exactly these. Hosts without the fact keep the "some capacity" check."""
+    out = {}
+    for target in targets:
+        mig = target.facts.get("gpustack_mig") or {}
+        if mig.get("state") == "success" and mig.get("gpus"):
+            out[target.host] = expected_resources(mig["gpus"], config.mig_strategy, desired=False)
+    return out
+
+
 def _wait_capacity(cluster, config, targets, candidates, clock) -> dict[str, dict[str, Any]]:
     """Poll nodes until each candidate shows its GPU capacity; returns host -> Node object.
 
@@ -180,6 +193,7 @@ def _wait_capacity(cluster, config, targets, candidates, clock) -> dict[str, dic
     per = config.gpus_per_device
     expected = {h: g.count * per for h, (_, g) in candidates.items()}
     names = {t.host: t.node_name for t in targets if t.host in candidates}
+    layouts = mig_layouts(targets, config) if config.mig_strategy != "none" else {}
     start = clock.now()
     while True:
         nodes = {n["metadata"]["name"]: n for n in cluster.list_all("/api/v1/nodes", "list nodes")}
@@ -188,6 +202,7 @@ def _wait_capacity(cluster, config, targets, candidates, clock) -> dict[str, dic
             done = {h for h in candidates if seen[h].get(resource, 0) == expected[h]}
         else:
             done = {h for h in candidates if sum(seen[h].values()) > 0}
+        done = {h for h in done if h not in layouts or not resource_drift(layouts[h], seen[h])}
         elapsed = clock.now() - start
         if len(done) == len(candidates) or elapsed >= config.capacity_timeout:
             break
@@ -206,6 +221,10 @@ def _wait_capacity(cluster, config, targets, candidates, clock) -> dict[str, dic
             message = (f"allocatable {resource} is {seen[host].get(resource, 0)} after "
                        f"{config.capacity_timeout} s, expected {expected[host]} "
                        f"({gpus.count} GPU(s){sharing}); {hint}")  # fmt: skip
+        elif host in layouts:
+            message = (f"advertised {resource_drift(layouts[host], seen[host])} after "
+                       f"{config.capacity_timeout} s with MIG strategy {config.mig_strategy}; "
+                       f"{hint}")  # fmt: skip
         else:
             message = (f"no allocatable GPU resource (nvidia.com/gpu or nvidia.com/mig-*) after "
                        f"{config.capacity_timeout} s with MIG strategy {config.mig_strategy}; "

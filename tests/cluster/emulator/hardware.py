@@ -19,8 +19,13 @@ class Gpu:
     uuid: str
     name: str = "NVIDIA A100-SXM4-80GB"
     memory_mib: int = 81920
-    mig: list[str] | None = None  # MIG mode on: the profiles of its MIG devices ("1g.10gb", ...)
+    # MIG mode on: the profiles of its MIG devices ("1g.10gb", ...); [] MIG on without instances
+    mig: list[str] | None = None
     healthy: bool = True  # False: an XID error took it off the bus (the plugin marks it unhealthy)
+
+    @property
+    def mig_enabled(self) -> bool:
+        return self.mig is not None
 
     def mig_devices(self) -> list[tuple[str, str]]:
         """(MIG UUID, profile) of each MIG device (deterministic, derived from the GPU UUID)."""

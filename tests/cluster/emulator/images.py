@@ -131,10 +131,9 @@ class DevicePlugin(Profile):
             return Outcome.exit(1, "E0101 main.go] failed to register with the kubelet: dial unix "
                                 "/var/lib/kubelet/device-plugins/kubelet.sock: no such file or directory\n")  # fmt: skip
         strategy = flags.get("migStrategy", ctx.env("MIG_STRATEGY") or "none")
-        mig = [bool(g.mig) for g in ctx.hw.gpus]
-        if strategy == "single" and any(mig) and not all(mig):
-            return Outcome.exit(1, "E0101 main.go] error starting plugins: invalid MIG configuration: "
-                                "all GPUs must be MIG-enabled (or none) with migStrategy=single\n")  # fmt: skip
+        problem = _single_strategy_problem(ctx.hw.gpus) if strategy == "single" else ""
+        if problem:
+            return Outcome.exit(1, "E0101 main.go] error starting plugins: " + problem + "\n")
         return Outcome.run("I0101 main.go] Starting Plugins.\n")
 
     def sync(self, ctx):
@@ -168,11 +167,11 @@ class DevicePlugin(Profile):
         )
         pools: dict[str, list[Device]] = {}
         for gpu in ctx.hw.gpus:
-            if gpu.mig and strategy == "single":
+            if gpu.mig_enabled and strategy == "single":
                 pools.setdefault("nvidia.com/gpu", []).extend(
                     Device(m, gpu.uuid, m, p, gpu.healthy) for m, p in gpu.mig_devices()
                 )
-            elif gpu.mig and strategy == "mixed":
+            elif gpu.mig_enabled and strategy == "mixed":
                 for m, p in gpu.mig_devices():
                     pools.setdefault(f"nvidia.com/mig-{p}", []).append(
                         Device(m, gpu.uuid, m, p, gpu.healthy)
@@ -193,6 +192,23 @@ class DevicePlugin(Profile):
             out.append(Registration(resource, {d.id: d for d in devices}, ctx.pod["metadata"]["uid"],
                                     bool(fail_gt_one), shared))  # fmt: skip
         return out
+
+
+def _single_strategy_problem(gpus) -> str:
+    """What k8s-device-plugin refuses under migStrategy=single (NVIDIA/k8s-device-plugin@1b826acc
+    internal/rm/device_map.go): mixed MIG modes, a MIG-enabled GPU without MIG devices, or more
+    than one MIG device type on the node."""
+    enabled = [g for g in gpus if g.mig_enabled]
+    if not enabled:
+        return ""
+    if any(not g.mig for g in enabled):
+        return ("invalid MIG configuration: at least one device with migEnabled=true was not "
+                "configured correctly: device has no MIG devices configured")  # fmt: skip
+    if len({p for g in enabled for p in g.mig}) > 1:
+        return "invalid MIG configuration: more than one MIG device type present on node"
+    if len(enabled) != len(gpus):
+        return "all devices on the node must be configured with the same migEnabled value"
+    return ""
 
 
 class MpsControlDaemon(Profile):
