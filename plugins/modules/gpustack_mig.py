@@ -64,7 +64,7 @@ mig:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpustack_mig_apply import run
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_mig_apply import run
 
 
 def main():

@@ -17,7 +17,7 @@ import re
 import socket
 import struct
 
-from ansible.module_utils.gpustack_host import containerd_dump
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import containerd_dump
 
 SERVICES = ("runtime.v1.RuntimeService", "runtime.v1alpha2.RuntimeService")
 

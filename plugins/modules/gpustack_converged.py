@@ -37,7 +37,7 @@ import os
 import re
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpustack_stamps import DIR, build
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_stamps import DIR, build
 
 
 def record(module, params):

@@ -16,7 +16,7 @@ import os
 import re
 import time
 
-from ansible.module_utils.gpustack_host import (
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import (
     containerd_dump,
     holds,
     packages,

@@ -29,8 +29,10 @@ import sys
 import time
 
 try:
-    from ansible.module_utils import gpustack_mig_plan as mig_plan
-    from ansible.module_utils import gpustack_mig_smi as smi
+    from ansible_collections.gpustack.gpustack.plugins.module_utils import (
+        gpustack_mig_plan as mig_plan,
+    )
+    from ansible_collections.gpustack.gpustack.plugins.module_utils import gpustack_mig_smi as smi
 except ImportError:  # on the host, run by gpustack-mig.service next to its siblings
     import gpustack_mig_plan as mig_plan  # type: ignore[no-redef]
     import gpustack_mig_smi as smi  # type: ignore[no-redef]

@@ -14,7 +14,13 @@ import os
 import re
 import shlex
 
-from ansible.module_utils.gpustack_host import first_version, read, run, service_active, which
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import (
+    first_version,
+    read,
+    run,
+    service_active,
+    which,
+)
 
 KUBELET_FLAG_FILES = (
     "/var/lib/kubelet/kubeadm-flags.env",

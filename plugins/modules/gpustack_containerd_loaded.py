@@ -39,7 +39,9 @@ restart_needed: {description: restart_pending or any difference., type: bool, re
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpustack_containerd import loaded_state
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_containerd import (
+    loaded_state,
+)
 
 
 def main():

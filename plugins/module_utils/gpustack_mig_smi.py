@@ -13,7 +13,9 @@ from __future__ import absolute_import, division, print_function
 import os
 
 try:
-    from ansible.module_utils import gpustack_mig_plan as mig_plan
+    from ansible_collections.gpustack.gpustack.plugins.module_utils import (
+        gpustack_mig_plan as mig_plan,
+    )
 except ImportError:  # on the host, run by gpustack-mig.service next to gpustack_mig_plan.py
     import gpustack_mig_plan as mig_plan  # type: ignore[no-redef]
 

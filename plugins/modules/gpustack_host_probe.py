@@ -77,8 +77,10 @@ import re
 import shlex
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpustack_containerd import loaded_state
-from ansible.module_utils.gpustack_host import (
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_containerd import (
+    loaded_state,
+)
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import (
     EXTRA_PATH,
     containerd_dump,
     first_version,
@@ -92,8 +94,13 @@ from ansible.module_utils.gpustack_host import (
     toml_has_runtime,
     which,
 )
-from ansible.module_utils.gpustack_kubelet import cri_dockerd, kubelet
-from ansible.module_utils.gpustack_stamps import probe as probe_stamps
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_kubelet import (
+    cri_dockerd,
+    kubelet,
+)
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_stamps import (
+    probe as probe_stamps,
+)
 
 NVIDIA_VENDOR = "0x10de"
 GPU_CLASSES = ("0x0300", "0x0302")  # VGA controller, 3D controller

@@ -69,7 +69,10 @@ import socket
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.gpustack_host import EXTRA_PATH, read
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import (
+    EXTRA_PATH,
+    read,
+)
 
 TOOLS = (
     "nvidia-smi",
