@@ -2,8 +2,8 @@
 """Pure helpers of the nvidia_driver role: repository paths, version resolution, unload order.
 
 Filter plugins run on the controller: version parsing, comparison and resolution come from
-gpustack/driver_version.py, shared with the CLI. Kept free of Ansible imports at module level
-(except the error type) so unit tests can load this file directly.
+the collection's module_utils/gpustack_driver_version.py, shared with the CLI. Kept free of
+Ansible imports at module level (except the error type) so unit tests can load this file directly.
 """
 
 from __future__ import absolute_import, division, print_function
@@ -19,12 +19,15 @@ except ImportError:  # pragma: no cover - only without ansible-core
     AnsibleFilterError = ValueError
 
 try:
-    from gpustack import driver_version
-except ImportError:  # the source checkout, run by an ansible-playbook without gpustack installed
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../.."))
-    from gpustack import driver_version
+    from ansible_collections.gpustack.gpustack.plugins.module_utils import (
+        gpustack_driver_version as driver_version,
+    )
+except ImportError:  # loaded as a file, outside Ansible's collection loader (unit tests)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../module_utils"))
+    import gpustack_driver_version as driver_version
 
-# The one driver-version vocabulary (gpustack/driver_version.py), under the names the role uses.
+# The one driver-version vocabulary (module_utils/gpustack_driver_version.py), under the names
+# the role uses.
 debian_version_compare = driver_version.compare
 upstream_version = driver_version.upstream_version
 driver_branch = driver_version.branch_of

@@ -8,8 +8,14 @@ import sys
 
 __metaclass__ = type
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "module_utils"))
-from gpustack_mig_plan import LayoutError, parse_config
+try:
+    from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_mig_plan import (
+        LayoutError,
+        parse_config,
+    )
+except ImportError:  # loaded as a file, outside Ansible's collection loader (unit tests)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../module_utils"))
+    from gpustack_mig_plan import LayoutError, parse_config
 
 
 def nvidia_mig_layout_problem(doc, name):
