@@ -136,3 +136,15 @@ def test_execution_environment_context_installs_the_collection(tmp_path):
     assert "gpustack.gpustack" in proc.stdout and "tomlkit" in proc.stdout
     assert "tomlkit" in (tmp_path / "pip.txt").read_text()
     assert "openssh-clients" in (tmp_path / "bindep.txt").read_text()
+
+
+def test_mig_boot_applier_source_resolves_from_the_role():
+    """configure.yml copies the applier from {{ role_path }}/../../plugins/module_utils: the
+    same relative place in the checkout, the wheel's _content and an installed collection."""
+    tasks = yaml.safe_load((ROOT / "roles/nvidia_mig/tasks/configure.yml").read_text())
+    task = next(t for t in tasks if t["name"].startswith("Applier run by gpustack-mig.service"))
+    src = task["ansible.builtin.copy"]["src"]
+    assert src.startswith("{{ role_path }}/../../plugins/module_utils/"), src
+    for item in task["loop"]:
+        path = src.replace("{{ role_path }}", str(ROOT / "roles/nvidia_mig"))
+        assert Path(path.replace("{{ item }}", item)).resolve().is_file(), item
