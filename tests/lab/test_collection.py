@@ -37,10 +37,10 @@ BIN = Path(sys.executable).parent
 def lab(tmp_path_factory):
     work = tmp_path_factory.mktemp("collection")
     inventory = work / "lab.ini"
-    proc = run_cli("lab", "up", "--name", LAB, "--nodes", "1", "--os", "debian12",
-                   "--inventory", str(inventory), timeout=1800)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
     try:
+        proc = run_cli("lab", "up", "--name", LAB, "--nodes", "1", "--os", "debian12",
+                       "--inventory", str(inventory), timeout=1800)  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
         varsfile = lab_fixtures.prepare([f"gpustack-{NODE}"], work / "fixture.json")
         yield work, inventory, varsfile
     finally:
