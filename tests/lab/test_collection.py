@@ -95,6 +95,9 @@ def test_user_playbook_runs_the_roles_by_collection_name(lab, collection):
     # The roles ran as the collection's: Ansible names their tasks after the FQCN role.
     for role in ("gpu_preflight", "nvidia_container_toolkit", "container_runtime"):
         assert f"TASK [gpustack.gpustack.{role} : " in output, role
+    # Roles inside the collection include each other by short name (container_runtime's
+    # include_role of gpu_preflight's require.yml): it resolves to the collection's own role.
+    assert "TASK [gpustack.gpustack.gpu_preflight : Require preflight facts]" in output
     assert "TASK [The nvidia runtime is wired, and a container ran through it]" in output
     assert re.search(r"All assertions passed", output), output[-4000:]
 
