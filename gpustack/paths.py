@@ -1,7 +1,15 @@
-"""Where the Ansible content lives: in the wheel, or in the source checkout."""
+"""Where the Ansible content lives: in the wheel, or in the source checkout.
+
+The content root is also the Ansible collection gpustack.gpustack (galaxy.yml, roles/,
+playbooks/, plugins/). Ansible finds a collection only under a directory shaped
+`ansible_collections/<namespace>/<name>`; `collections_path()` provides one (a symlink to the
+content root), so the CLI runs the same modules, module_utils and filters by their collection
+names that a user's own playbook or an AWX job does (docs/collection.md).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -20,6 +28,10 @@ def playbook(name: str) -> Path:
     return content_root() / "playbooks" / name
 
 
+COLLECTION_NAMESPACE = "gpustack"
+COLLECTION_NAME = "gpustack"
+
+
 def roles_dir() -> Path:
     return content_root() / "roles"
 
@@ -35,3 +47,25 @@ def state_root() -> Path:
         os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state"), "gpustack"
     )
     return Path(base)
+
+
+def collections_path(root: Path | None = None) -> Path:
+    """A directory for ANSIBLE_COLLECTIONS_PATH in which gpustack.gpustack is the content root.
+
+    The symlink lives under the state root, in a directory named after the content root's
+    path: two checkouts (or a checkout and a wheel) sharing a state root never swap each
+    other's modules. It is made atomically, so runs started in parallel never see half a link."""
+    target = content_root()
+    key = hashlib.sha256(str(target).encode()).hexdigest()[:16]
+    base = (root or state_root()) / "collections" / key
+    parent = base / "ansible_collections" / COLLECTION_NAMESPACE
+    link = parent / COLLECTION_NAME
+    if os.path.islink(link) and os.readlink(link) == str(target):
+        return base
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = parent / f".{COLLECTION_NAME}.{os.getpid()}"
+    if os.path.lexists(staging):
+        staging.unlink()
+    staging.symlink_to(target, target_is_directory=True)
+    os.replace(staging, link)
+    return base

@@ -30,4 +30,8 @@ if [ ! -x .venv/bin/gpustack ] || [ pyproject.toml -nt .venv/.installed ]; then
     .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
     touch .venv/.installed
 fi
+# The checkout is the collection gpustack.gpustack; ansible.cfg finds it through this link
+# (ansible-lint, ansible-playbook and ansible-doc run from the checkout; docs/collection.md).
+mkdir -p .collections/ansible_collections/gpustack
+ln -sfn ../../.. .collections/ansible_collections/gpustack/gpustack
 echo "Set-up done: $(.venv/bin/gpustack --version)"

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -34,10 +35,19 @@ def runs_started(state_dir: Path) -> list[Path]:
     return sorted(runs.iterdir()) if runs.exists() else []
 
 
+def collections_path() -> Path:
+    """ANSIBLE_COLLECTIONS_PATH in which gpustack.gpustack is this checkout, as the CLI sets it
+    (the roles call their modules and filters by collection name)."""
+    from gpustack import paths
+
+    return paths.collections_path(Path(tempfile.gettempdir()) / "gpustack-tests")
+
+
 def run_playbook(playbook: Path, variables: dict, **env: str) -> subprocess.CompletedProcess:
     """Run a controller-only test playbook with the venv's ansible-playbook."""
     merged = {**os.environ, "ANSIBLE_LOCALHOST_WARNING": "False",
-              "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False", **env}  # fmt: skip
+              "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False",
+              "ANSIBLE_COLLECTIONS_PATH": str(collections_path()), **env}  # fmt: skip
     return subprocess.run(
         [str(Path(sys.executable).parent / "ansible-playbook"), str(playbook), "-e",
          json.dumps(variables)],

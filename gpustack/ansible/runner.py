@@ -58,6 +58,8 @@ class RunSpec:
     def envvars(self) -> dict[str, str]:
         return {
             "ANSIBLE_ROLES_PATH": str(paths.roles_dir()),
+            # The roles call their modules and filters as gpustack.gpustack.* (plugins/).
+            "ANSIBLE_COLLECTIONS_PATH": str(paths.collections_path()),
             "ANSIBLE_PIPELINING": "True",
             "ANSIBLE_GATHERING": "explicit",
             "ANSIBLE_INVENTORY_ENABLED": "ini,yaml",

@@ -33,17 +33,18 @@ UNSET = "__unset__"
 LISTS_VALID_SECONDS = 3600
 # Extra variables the CLI passes: recording on (content hash) and the input names per role.
 CONTENT_VAR = "gpustack_converged_content"
-# How stamps record a secret (roles/gpu_converged/filter_plugins/gpu_converged.py).
+# How stamps record a secret (plugins/filter/gpu_converged.py).
 _SECRET_DIGEST = re.compile(r"<secret [^>]*>")
 INPUTS_VAR = "gpustack_converged_inputs"
 
 
 @cache
 def content_hash() -> str:
-    """sha256 over gpustack's version and every file of playbooks/ and roles/ (names + bytes)."""
+    """sha256 over gpustack's version and every file of playbooks/, plugins/ and roles/ (names +
+    bytes): the modules, module_utils and filters the roles run are content too."""
     digest = hashlib.sha256(f"gpustack {__version__}\n".encode())
     root = paths.content_root()
-    for top in ("playbooks", "roles"):
+    for top in ("playbooks", "plugins", "roles"):
         for path in sorted((root / top).rglob("*")):
             if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
                 digest.update(str(path.relative_to(root)).encode() + b"\0")

@@ -1,7 +1,7 @@
 """TEST DOUBLE of the host side of a MIG change, for the label-driven flow on the emulator.
 
 `FixtureMigApplier` stands in for running the nvidia_mig role through Ansible on a host: it
-runs the role's own applier (roles/nvidia_mig/module_utils/gpustack_mig_apply.py, unchanged)
+runs the role's own applier (plugins/module_utils/gpustack_mig_apply.py, unchanged)
 against the MIG test fixture `nvidia-smi` in a temporary root (tests/unit/mig_local.py), then
 gives the emulated node the MIG devices the fixture now has, as a real host's GPUs would show
 them to the device plugin. It is as strict as a host: a GPU pod still running on the node when

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.lab
 LAB = f"rt{os.getpid()}"
 NODES = {f"{LAB}-node1": "1.6", f"{LAB}-node2": "1.7", f"{LAB}-node3": "2.1"}
 BIN = "/usr/bin/nvidia-container-runtime"
-cr = load("roles/container_runtime/filter_plugins/container_runtime.py", "cr_lab")
+cr = load("plugins/filter/container_runtime.py", "cr_lab")
 
 DISTRO = """version = 2
 

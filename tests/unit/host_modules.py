@@ -1,6 +1,7 @@
-"""gpustack's host modules loaded as Ansible ships them: the shared module_utils
-(roles/gpu_preflight/module_utils) are registered under `ansible.module_utils` first, the way
-AnsiballZ bundles them with a module. `python -m tests.unit.host_modules MODULE ARGS.json` runs a
+"""gpustack's host modules loaded as Ansible ships them: the collection's module_utils
+(plugins/module_utils) are registered under their collection name
+(`ansible_collections.gpustack.gpustack.plugins.module_utils.<name>`) first, the way AnsiballZ
+bundles them with a module. `python -m tests.unit.host_modules MODULE ARGS.json` runs a
 module as a script, like Ansible's own module test harness."""
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-UTILS = ROOT / "roles/gpu_preflight/module_utils"
+UTILS = ROOT / "plugins/module_utils"
+PACKAGE = "ansible_collections.gpustack.gpustack.plugins.module_utils"
 # Each imports only those before it.
 ORDER = ("gpustack_host", "gpustack_stamps", "gpustack_containerd", "gpustack_kubelet")
 
@@ -25,8 +27,8 @@ def _exec(name: str, path: Path):
 
 
 def utils(name: str):
-    """One of the shared module_utils, as `ansible.module_utils.<name>`."""
-    key = f"ansible.module_utils.{name}"
+    """One of the shared module_utils, under its collection name."""
+    key = f"{PACKAGE}.{name}"
     if key not in sys.modules:
         for dependency in ORDER:
             if dependency == name:
@@ -37,7 +39,7 @@ def utils(name: str):
 
 
 def load(path: str, name: str):
-    """A module file of a role (path relative to the repository), its module_utils resolved."""
+    """A module or filter file (path relative to the repository), its module_utils resolved."""
     for util in ORDER:
         utils(util)
     return _exec(name, ROOT / path)

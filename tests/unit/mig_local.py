@@ -14,7 +14,7 @@ import yaml
 
 from tests.conftest import ROOT
 
-UTILS = ROOT / "roles/nvidia_mig/module_utils"
+UTILS = ROOT / "plugins/module_utils"
 FIXTURE = ROOT / "tests/fixtures/nvidia_smi_mig.py"
 LAYOUTS = yaml.safe_load((ROOT / "roles/nvidia_mig/files/mig-layouts.yaml").read_text())[
     "mig-configs"

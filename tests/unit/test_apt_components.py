@@ -2,7 +2,7 @@
 
 from tests.unit.test_driver_filters import load
 
-m = load("roles/nvidia_driver/library/gpustack_apt_components.py", "gpustack_apt_components")
+m = load("plugins/modules/gpustack_apt_components.py", "gpustack_apt_components")
 SUITES = ["bookworm", "bookworm-updates", "bookworm-security"]
 NONFREE = ["contrib", "non-free", "non-free-firmware"]
 
@@ -80,7 +80,7 @@ def run_module(tmp_path, **args) -> dict:
               "state_file": str(tmp_path / "state/apt-components.json"), **args}  # fmt: skip
     path = tmp_path / "args.json"
     path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": params}))
-    module = ROOT / "roles/nvidia_driver/library/gpustack_apt_components.py"
+    module = ROOT / "plugins/modules/gpustack_apt_components.py"
     proc = subprocess.run([sys.executable, str(module), str(path)], capture_output=True, text=True)
     return json.loads(proc.stdout)
 

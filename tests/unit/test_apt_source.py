@@ -24,9 +24,9 @@ from tests.conftest import ROOT
 from tests.fixtures import lab_fixtures
 from tests.unit.test_driver_filters import load
 
-MODULE = ROOT / "roles/apt_signed_repo/library/gpustack_apt_source.py"
+MODULE = ROOT / "plugins/modules/gpustack_apt_source.py"
 pytestmark = pytest.mark.skipif(shutil.which("apt-get") is None, reason="needs apt-get")
-m = load("roles/apt_signed_repo/library/gpustack_apt_source.py", "gpustack_apt_source")
+m = load("plugins/modules/gpustack_apt_source.py", "gpustack_apt_source")
 USER, PASSWORD = "mirror-user", "i17-unit-S3cret"
 
 

@@ -183,7 +183,7 @@ def test_configurations_without_a_fast_path():
 
 
 def test_content_hash_covers_every_role_file(tmp_path, monkeypatch):
-    for top in ("playbooks", "roles"):
+    for top in ("playbooks", "plugins", "roles"):
         shutil.copytree(paths.content_root() / top, tmp_path / top)
     monkeypatch.setattr(paths, "content_root", lambda: tmp_path)
     converged.content_hash.cache_clear()
@@ -194,7 +194,13 @@ def test_content_hash_covers_every_role_file(tmp_path, monkeypatch):
         target = tmp_path / "roles/nvidia_driver/templates/blacklist-nouveau.conf.j2"
         target.write_text(target.read_text() + "# edited\n")
         converged.content_hash.cache_clear()
-        assert converged.content_hash() != before
+        edited = converged.content_hash()
+        assert edited != before
+        # The roles' modules live in the collection's plugins/: editing one is a content change.
+        module = tmp_path / "plugins/modules/gpustack_host_probe.py"
+        module.write_text(module.read_text() + "# edited\n")
+        converged.content_hash.cache_clear()
+        assert converged.content_hash() != edited
     finally:
         converged.content_hash.cache_clear()
 

@@ -16,12 +16,10 @@ from gpustack.fleet import converged
 from gpustack.terminal import output
 from tests.unit.test_driver_filters import load
 
-repo_filters = load("roles/apt_signed_repo/filter_plugins/apt_signed_repo.py", "asr_filters")
-stamp_filters = load("roles/gpu_converged/filter_plugins/gpu_converged.py", "gc_filters")
-toolkit_filters = load(
-    "roles/nvidia_container_toolkit/filter_plugins/nvidia_container_toolkit.py", "nct_filters"
-)
-driver_filters = load("roles/nvidia_driver/filter_plugins/nvidia_driver.py", "nd_filters_sec")
+repo_filters = load("plugins/filter/apt_signed_repo.py", "asr_filters")
+stamp_filters = load("plugins/filter/gpu_converged.py", "gc_filters")
+toolkit_filters = load("plugins/filter/nvidia_container_toolkit.py", "nct_filters")
+driver_filters = load("plugins/filter/nvidia_driver.py", "nd_filters_sec")
 
 
 @pytest.fixture(autouse=True)
@@ -212,7 +210,7 @@ def test_stamps_are_written_0600_and_rewritten_only_on_change(tmp_path):
         args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {
             "dir": str(tmp_path / "converged"), "role": "nvidia_driver",
             "stamp": {"content": content, "inputs": {}}}}))  # fmt: skip
-        module = ROOT / "roles/gpu_converged/library/gpustack_converged.py"
+        module = ROOT / "plugins/modules/gpustack_converged.py"
         proc = subprocess.run([sys.executable, "-m", "tests.unit.host_modules", str(module),
                                str(args)], capture_output=True, text=True, cwd=ROOT)  # fmt: skip
         return json.loads(proc.stdout)

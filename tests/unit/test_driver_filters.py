@@ -14,7 +14,7 @@ def load(path, name):
     return module
 
 
-f = load("roles/nvidia_driver/filter_plugins/nvidia_driver.py", "nvidia_driver_filters")
+f = load("plugins/filter/nvidia_driver.py", "nvidia_driver_filters")
 
 
 @pytest.mark.parametrize(

@@ -21,11 +21,7 @@ def render(tmp_path, os_id, version_id, arch, os_vars, **extra):
     }
     variables = {"gpustack_preflight": facts, "os_vars": os_vars, "out": str(tmp_path),
                  "__nvidia_driver_target": extra.pop("target", "580.95.05-1"), **extra}  # fmt: skip
-    plugins = [
-        ROOT / "roles/nvidia_driver/filter_plugins",
-        ROOT / "roles/apt_signed_repo/filter_plugins",
-    ]
-    proc = run_playbook(PLAYBOOK, variables, ANSIBLE_FILTER_PLUGINS=":".join(map(str, plugins)))
+    proc = run_playbook(PLAYBOOK, variables)  # filters by their collection names (conftest)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     files = {p.name: p.read_text() for p in tmp_path.iterdir()}
     return files, json.loads(files["derived.json"])

@@ -13,7 +13,7 @@ from gpustack.upgrade.orchestrator import check_host
 from gpustack.upgrade.state import Target
 from tests.unit.test_driver_filters import load
 
-filters = load("roles/nvidia_driver/filter_plugins/nvidia_driver.py", "nd_filters_vocab")
+filters = load("plugins/filter/nvidia_driver.py", "nd_filters_vocab")
 
 REAL = [
     # (package version, upstream, branch, epoch) — where each comes from

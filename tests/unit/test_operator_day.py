@@ -34,7 +34,7 @@ from tests.unit.test_status import facts
 
 loaded_mod = utils("gpustack_containerd")
 status_mod = utils("gpustack_host")
-driver_filters = load("roles/nvidia_driver/filter_plugins/nvidia_driver.py", "nd_filters_16")
+driver_filters = load("plugins/filter/nvidia_driver.py", "nd_filters_16")
 
 INI = textwrap.dedent("""\
     [gpu_nodes]

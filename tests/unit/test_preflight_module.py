@@ -4,7 +4,7 @@ import pytest
 
 from tests.unit.host_modules import load, utils
 
-mod = load("roles/gpu_preflight/library/gpustack_host_probe.py", "gpustack_host_probe")
+mod = load("plugins/modules/gpustack_host_probe.py", "gpustack_host_probe")
 kube = utils("gpustack_kubelet")
 
 

@@ -7,9 +7,7 @@ import pytest
 
 from tests.unit.test_driver_filters import load
 
-cr = load(
-    "roles/container_runtime/filter_plugins/container_runtime.py", "container_runtime_filters"
-)
+cr = load("plugins/filter/container_runtime.py", "container_runtime_filters")
 BIN = "/usr/bin/nvidia-container-runtime"
 
 DUMP_16 = """

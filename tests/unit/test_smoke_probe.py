@@ -6,7 +6,7 @@ import pytest
 
 from tests.unit.host_modules import load
 
-mod = load("roles/gpu_smoke/library/gpustack_smoke_probe.py", "gpustack_smoke_probe")
+mod = load("plugins/modules/gpustack_smoke_probe.py", "gpustack_smoke_probe")
 
 IMAGES = {
     "k8s.io": ["registry.k8s.io/pause:3.9", "nvcr.io/nvidia/k8s-device-plugin:v0.20.0",

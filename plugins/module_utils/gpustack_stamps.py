@@ -1,0 +1,206 @@
+# -*- coding: utf-8 -*-
+"""Converged-host stamps: what a host role left on a host (written by gpustack_converged at the
+end of a role's successful run) and every difference the host shows now (read by
+gpustack_host_probe, section converged). The CLI decides from them (gpustack/fleet/converged.py).
+"""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+import fnmatch
+import glob
+import hashlib
+import json
+import os
+import re
+import time
+
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import (
+    containerd_dump,
+    holds,
+    packages,
+    run,
+    service_states,
+    sha256,
+    toml_has_runtime,
+)
+
+SCHEMA = 1
+# Where stamps live (written by gpustack_converged, read by gpustack_host_probe).
+DIR = "/var/lib/gpustack/converged"
+
+
+def expand(globs, exclude):
+    found = set()
+    for pattern in globs:
+        for path in glob.glob(pattern):
+            if os.path.isfile(path) and not any(fnmatch.fnmatch(path, x) for x in exclude):
+                found.add(path)
+    return sorted(found)
+
+
+def checksums(files, globs, exclude):
+    return dict((path, sha256(path)) for path in sorted(set(files) | set(expand(globs, exclude))))
+
+
+def package_versions(names):
+    """{name: version or None}: installed versions of exactly these packages."""
+    found = packages(names)
+    return dict((name, found.get(name)) for name in names)
+
+
+def canonical_dump(text):
+    """`containerd config dump` prints Go maps (and `imports`) in map order: sort the lines of
+    each table, the tables, and the imports, so one configuration always hashes alike."""
+    tables, header, lines = [], "", []
+    for line in (text or "").splitlines():
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped.startswith("["):
+            tables.append((header, sorted(lines)))
+            header, lines = stripped, []
+            continue
+        match = re.match(r"^imports\s*=\s*\[(.*)\]$", stripped)
+        if match:
+            items = sorted(i.strip() for i in match.group(1).split(",") if i.strip())
+            stripped = "imports = [%s]" % ", ".join(items)
+        lines.append(stripped)
+    tables.append((header, sorted(lines)))
+    return "\n".join("%s\n%s" % (h, "\n".join(body)) for h, body in sorted(tables))
+
+
+def runtime_state(runtime):
+    """containerd: sha256 of the effective configuration and whether it holds the runtime."""
+    if (runtime or {}).get("kind") != "containerd":
+        return {}
+    rc, out, err = containerd_dump(runtime.get("config") or "/etc/containerd/config.toml")
+    if rc != 0:
+        return {"dump_sha256": None, "wired": False, "error": " ".join(err.split())[:300]}
+    return {
+        "dump_sha256": hashlib.sha256(canonical_dump(out).encode("utf-8")).hexdigest(),
+        "wired": toml_has_runtime(
+            out, runtime.get("name") or "nvidia", runtime.get("binary") or ""
+        ),
+    }
+
+
+def madison(package):
+    rc, out, _ = run(["apt-cache", "madison", package])
+    versions = []
+    for line in out.splitlines() if rc == 0 else []:
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) >= 3 and parts[1] and parts[1] not in versions:
+            versions.append(parts[1])
+    return versions
+
+
+def apt_lists_age(paths):
+    """Seconds since the package lists were refreshed, as ansible's apt module measures it
+    (paths: apt's update-success stamp, then the lists directory)."""
+    for path in paths:
+        if os.path.exists(path):
+            return max(0, int(time.time() - os.stat(path).st_mtime))
+    return None
+
+
+def observe(stamp):
+    """What the host shows now for everything a stamp recorded."""
+    runtime = stamp.get("runtime") or {}
+    return {
+        "files": checksums(
+            stamp.get("files") or {}, stamp.get("globs") or [], stamp.get("exclude") or []
+        ),
+        "packages": package_versions(sorted(stamp.get("packages") or {})),
+        "services": service_states(sorted(stamp.get("services") or {})),
+        "runtime": runtime_state(runtime.get("spec")),
+    }
+
+
+def problems(stamp, now, held):
+    """Every difference between a stamp and the host, one line each ([] when converged)."""
+    found = []
+    for path, digest in sorted((stamp.get("files") or {}).items()):
+        current = now["files"].get(path)
+        if digest != current:
+            what = "removed" if current is None else ("created" if digest is None else "changed")
+            found.append("file %s %s" % (path, what))
+    for path in sorted(set(now["files"]) - set(stamp.get("files") or {})):
+        found.append("file %s appeared" % path)
+    for name, version in sorted((stamp.get("packages") or {}).items()):
+        if now["packages"].get(name) != version:
+            found.append(
+                "package %s %s, recorded %s"
+                % (name, now["packages"].get(name) or "absent", version or "absent")
+            )
+    for name in stamp.get("holds") or []:
+        if name not in held:
+            found.append("package %s not held" % name)
+    for unit, state in sorted((stamp.get("services") or {}).items()):
+        current = now["services"].get(unit) or {}
+        for key in ("enabled", "active"):
+            if state.get(key) != current.get(key):
+                found.append(
+                    "service %s %s %r, recorded %r" % (unit, key, current.get(key), state.get(key))
+                )
+    recorded = stamp.get("runtime") or {}
+    if recorded.get("spec", {}).get("kind") == "containerd":
+        current = now["runtime"]
+        if not current.get("wired"):
+            found.append(
+                "containerd: runtime %r not in the effective configuration"
+                % recorded["spec"].get("name")
+            )
+        if current.get("dump_sha256") != recorded.get("dump_sha256"):
+            found.append("containerd: effective configuration changed")
+    return found
+
+
+def build(params):
+    """The stamp a role's record writes: what the role passed, then what the host shows."""
+    stamp = dict(params["stamp"])
+    stamp.update(
+        {
+            "schema": SCHEMA,
+            "role": params["role"],
+            "globs": params["globs"],
+            "exclude": params["exclude"],
+        }
+    )
+    stamp["files"] = checksums(params["files"], params["globs"], params["exclude"])
+    stamp["packages"] = package_versions(sorted(set(params["packages"])))
+    stamp["holds"] = sorted(set(params["holds"]))
+    stamp["services"] = service_states(sorted(set(params["services"])))
+    stamp["runtime"] = {"spec": params["runtime"]}
+    stamp["runtime"].update(runtime_state(params["runtime"]))
+    return stamp
+
+
+def probe(params):
+    """Every stamp under params["dir"] (default DIR), re-checked on the host:
+    {stamps, apt_lists_age}."""
+    held = set(holds())
+    stamps = {}
+    for path in sorted(glob.glob(os.path.join(params.get("dir") or DIR, "*.json"))):
+        role = os.path.basename(path)[: -len(".json")]
+        try:
+            with open(path) as fh:
+                stamp = json.load(fh)
+        except (IOError, OSError, ValueError) as exc:
+            stamps[role] = {"stamp": {}, "problems": ["stamp unreadable: %s" % exc]}
+            continue
+        if stamp.get("schema") != SCHEMA:
+            stamps[role] = {"stamp": {}, "problems": ["stamp schema %r" % stamp.get("schema")]}
+            continue
+        entry = {
+            "stamp": dict(
+                (k, stamp.get(k)) for k in ("content", "inputs", "facts", "resolve", "published")
+            ),
+            "problems": problems(stamp, observe(stamp), held),
+        }
+        package = (stamp.get("resolve") or {}).get("package")
+        if package and not (stamp.get("resolve") or {}).get("version_input"):
+            entry["available"] = madison(package)
+        stamps[role] = entry
+    return {"stamps": stamps, "apt_lists_age": apt_lists_age(params.get("apt_lists") or [])}

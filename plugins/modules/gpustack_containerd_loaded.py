@@ -1,0 +1,63 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""What containerd has loaded against what its files say: the lost-restart check."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: gpustack_containerd_loaded
+short_description: Compare the runtime handlers containerd runs with those its files define
+description:
+  - Asks the running containerd for the configuration its CRI plugin loaded, over its socket
+    with the CRI API (C(RuntimeService/Status), verbose - what C(crictl info) prints; no crictl
+    needed), and compares the runtime handlers there (name, runtime type, options such as
+    BinaryName) with those of the effective configuration on disk (C(containerd config dump)).
+  - Also reports gpustack's restart-pending marker, written before gpustack changes the files
+    and removed after the restart, so a run killed in between is finished by the next one even
+    where the CRI plugin cannot be asked.
+  - The logic lives in roles/gpu_preflight/module_utils/gpustack_containerd.py, which
+    gpustack_host_probe shares (section loaded). Read-only; supports check mode.
+options:
+  config: {type: path, default: /etc/containerd/config.toml, description: Main configuration.}
+  socket: {type: path, default: /run/containerd/containerd.sock, description: containerd's socket.}
+  marker: {type: path, default: "", description: gpustack's restart-pending marker.}
+  name: {type: str, default: nvidia, description: The runtime handler gpustack adds.}
+author: gpustack
+"""
+
+RETURN = r"""
+loaded:
+  description: available, error, runtimes {name {runtime_type, options}} as containerd runs them.
+  type: dict
+  returned: always
+disk: {description: The runtimes the files define and any dump error., type: dict, returned: always}
+differences: {description: One line per loaded/disk difference., type: list, returned: always}
+restart_pending: {description: The marker exists., type: bool, returned: always}
+restart_needed: {description: restart_pending or any difference., type: bool, returned: always}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_containerd import (
+    loaded_state,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            config=dict(type="path", default="/etc/containerd/config.toml"),
+            socket=dict(type="path", default="/run/containerd/containerd.sock"),
+            marker=dict(type="path", default=""),
+            name=dict(type="str", default="nvidia"),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    state = loaded_state(params["config"], params["socket"], params["marker"])
+    module.exit_json(changed=False, **state)
+
+
+if __name__ == "__main__":
+    main()
