@@ -86,8 +86,11 @@ def test_mig_labels_failed_with_the_role_s_reason_on_a_host_without_gpu(
     kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig")
     report = tmp_path / "mig.json"
 
+    # This machine runs no systemd, which the role refuses first: a directory stands in for
+    # /run/systemd/system so that the GPU check is the one reached.
     result = run_cli("mig", str(local_inventory(tmp_path)), "--kubeconfig", str(kubeconfig),
-                     "--report", str(report), timeout=300)  # fmt: skip
+                     "--report", str(report), "-e", f"__nvidia_mig_systemd_marker={tmp_path}",
+                     timeout=300)  # fmt: skip
 
     assert result.returncode == 1, result.stdout + result.stderr
     node = emu.get("v1", "Node", "gpuhost")

@@ -12,9 +12,20 @@ EL8 = {"os": {"id": "rocky", "version_id": "8.10", "family": "RedHat"}}
 
 
 def render(tmp_path, facts=DEBIAN, **variables):
+    # This build machine runs no systemd: a directory stands in for /run/systemd/system.
+    variables.setdefault("__nvidia_mig_systemd_marker", str(tmp_path))
     proc = run_playbook(PLAYBOOK, {"gpustack_preflight": facts, "out": str(tmp_path), **variables},
                         ANSIBLE_ROLES_PATH=str(ROOT / "roles"))  # fmt: skip
     return proc, tmp_path
+
+
+def test_a_host_without_systemd_is_refused_before_any_change(tmp_path):
+    """The H100 lent on 2026-11-23 ran no systemd: no boot unit could re-apply a layout there."""
+    proc, out = render(tmp_path, nvidia_mig_config="all-1g.10gb",
+                       __nvidia_mig_systemd_marker=str(tmp_path / "absent"))  # fmt: skip
+    assert proc.returncode != 0
+    assert "localhost does not run systemd" in proc.stdout and "Nothing was changed" in proc.stdout
+    assert not (out / "unit").exists()
 
 
 def test_shipped_layout_renders_unit_and_settings(tmp_path):
