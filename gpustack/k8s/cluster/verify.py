@@ -14,6 +14,8 @@ Checks per node, in order (a failed check skips the later ones for that node):
   dcgm      optional (gpustack_k8s_dcgm_scrape): dcgm-exporter reports DCGM_FI_DEV_GPU_TEMP
             for each of the node's GPUs (through the API server's service proxy)
   gfd       GFD's labels on the node; skipped when NFD is not installed (gfd.py)
+With gpustack_k8s_gpu_allocation=dra, `capacity` and `pod` are dra.py's `devices` and `pod`
+(ResourceSlices, a ResourceClaimTemplate); vectoradd is not run there.
 Verification pods are deleted whatever happens (also on Ctrl-C).
 """
 
@@ -24,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpustack.fleet import doctor
-from gpustack.k8s.cluster import gfd, gpu_resources, metrics
+from gpustack.k8s.cluster import dra, gfd, gpu_resources, metrics
 from gpustack.k8s.cluster.checks import FAILED, PASSED, SKIPPED, NodeReport
 from gpustack.k8s.cluster.connect import Clock, Cluster
 from gpustack.k8s.cluster.pods import POLL_SECONDS, pod_name, run_pods
@@ -157,8 +159,14 @@ def verify(
             if not ok:
                 continue
         candidates[target.host] = (report, gpus)
-    ready = _wait_capacity(cluster, config, targets, candidates, clock)
-    units = _verify_pods(cluster, config, reports, candidates, ready, clock)
+    if config.dra:  # NVIDIA's DRA driver: ResourceSlices and a claim instead (dra.py)
+        names = {t.host: t.node_name for t in targets if t.host in candidates}
+        ready = dra.wait_devices(cluster, config, names, candidates, clock)
+        dra.verify_pods(cluster, config, reports, candidates, ready, clock)
+        units: dict[str, str] = {}
+    else:
+        ready = _wait_capacity(cluster, config, targets, candidates, clock)
+        units = _verify_pods(cluster, config, reports, candidates, ready, clock)
     if config.vector_add_image and units:
         _vectoradd(cluster, config, reports, units, clock)
     passing = [reports[h] for h in ready if not reports[h].failed()]

@@ -1,0 +1,217 @@
+"""NVIDIA's DRA driver for GPUs (gpustack_k8s_gpu_allocation=dra): API check and verification.
+
+Design: docs/dra.md. The cluster must serve `resource.k8s.io/v1` (DRA is GA in Kubernetes
+1.34); `require_api` refuses it before anything is applied. Verification per node, in the
+place of the device plugin's `capacity` and `pod` checks:
+  devices   the DRA kubelet plugin published the node's GPUs: ResourceSlices of driver
+            gpu.nvidia.com for the node list one `type=gpu` device per GPU (or MIG devices)
+  pod       a pod with a claim from a ResourceClaimTemplate (one device of DeviceClass
+            gpu.nvidia.com), pinned to the node by node affinity, runs `nvidia-smi -L` and must
+            see exactly one GPU, one of the host's and one the node's ResourceSlices publish (the
+            generated claim is deleted once the pod is done, so its allocation is not read back).
+            A node with no free device is skipped, as with the device plugin.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from gpustack.errors import BadInput, GpustackError
+from gpustack.k8s.cluster.checks import FAILED, PASSED, SKIPPED
+from gpustack.k8s.cluster.connect import Clock, Cluster, api_hint, call, status_message
+from gpustack.k8s.cluster.pods import POLL_SECONDS, pod_name, run_pods
+from gpustack.k8s.manifests import (
+    DRA_DRIVER,
+    ClusterConfig,
+    render_dra_verify_pod,
+    render_verify_claim_template,
+)
+
+API = "/apis/resource.k8s.io/v1"
+RESOURCES = ("deviceclasses", "resourceclaims", "resourceclaimtemplates", "resourceslices")
+SLICES = f"{API}/resourceslices"
+CLAIMS = f"{API}/resourceclaims"
+
+
+def served_resources(cluster: Cluster) -> set[str]:
+    """The resource.k8s.io/v1 resources the API server serves (empty: the version is absent)."""
+    try:
+        doc = cluster.raw("GET", API)
+    except ApiException as exc:
+        if exc.status == 404:
+            return set()
+        raise GpustackError(
+            f"cannot read API discovery {API}: {status_message(exc)}", api_hint(exc)
+        ) from None
+    items = (doc.get("resources") or []) if isinstance(doc, dict) else []
+    return {str(r.get("name")) for r in items}
+
+
+def require_api(cluster: Cluster, version: str) -> None:
+    """BadInput unless the cluster serves resource.k8s.io/v1 (before anything is applied)."""
+    missing = [r for r in RESOURCES if r not in served_resources(cluster)]
+    if missing:
+        raise BadInput(
+            f"gpustack_k8s_gpu_allocation=dra needs the resource.k8s.io/v1 API, which the "
+            f"cluster ({version}) does not serve ({', '.join(missing)} missing); nothing "
+            "was applied",
+            "DRA is GA from Kubernetes 1.34: upgrade the cluster, or use "
+            "gpustack_k8s_gpu_allocation=device-plugin",
+        )
+
+
+# -- what the kubelet plugin published, what the scheduler allocated ------------------------
+
+
+def node_devices(cluster: Cluster) -> dict[str, list[dict[str, Any]]]:
+    """node -> devices of driver gpu.nvidia.com in the ResourceSlices published for it."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for item in cluster.list_all(SLICES, "list ResourceSlices"):
+        spec = item.get("spec") or {}
+        if spec.get("driver") != DRA_DRIVER or not spec.get("nodeName"):
+            continue
+        pool = (spec.get("pool") or {}).get("name", "")
+        for device in spec.get("devices") or []:
+            found.setdefault(spec["nodeName"], []).append({**device, "_pool": pool})
+    return found
+
+
+def attribute(device: dict[str, Any], name: str) -> str | None:
+    value = (device.get("attributes") or {}).get(name) or {}
+    return value.get("string") if isinstance(value, dict) else None
+
+
+def allocated(cluster: Cluster) -> dict[tuple[str, str], str]:
+    """(pool, device) of gpu.nvidia.com -> namespace/name of the claim that holds it."""
+    held = {}
+    for claim in cluster.list_all(CLAIMS, "list ResourceClaims"):
+        results = ((((claim.get("status") or {}).get("allocation") or {}).get("devices")) or {})
+        for result in results.get("results") or []:
+            if result.get("driver") == DRA_DRIVER:
+                meta = claim.get("metadata") or {}
+                where = f"{meta.get('namespace')}/{meta.get('name')}"
+                held[(result.get("pool", ""), result.get("device", ""))] = where
+    return held
+
+
+def _gpu_devices(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [d for d in devices if attribute(d, "type") == "gpu"]
+
+
+# -- verification ----------------------------------------------------------------------------
+
+
+def wait_devices(cluster, config: ClusterConfig, names, candidates, clock: Clock):
+    """The `devices` check: poll ResourceSlices until each candidate node lists its devices.
+
+    Without MIG one `type=gpu` device per GPU; with MIG any device of the driver counts.
+    Returns host -> the node's devices for the nodes that passed.
+    """
+    if not candidates:
+        return {}
+    start = clock.now()
+    while True:
+        devices = node_devices(cluster)
+        seen = {h: devices.get(names[h], []) for h in candidates}
+        done = set()
+        for host, (_, gpus) in candidates.items():
+            if config.capacity_predictable:
+                if len(_gpu_devices(seen[host])) == gpus.count:
+                    done.add(host)
+            elif seen[host]:
+                done.add(host)
+        elapsed = clock.now() - start
+        if len(done) == len(candidates) or elapsed >= config.capacity_timeout:
+            break
+        clock.sleep(POLL_SECONDS)
+    ready = {}
+    for host, (report, gpus) in candidates.items():
+        kinds: dict[str, int] = {}
+        for device in seen[host]:
+            kind = attribute(device, "type") or "?"
+            kinds[kind] = kinds.get(kind, 0) + 1
+        shown = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "no device"
+        if host in done:
+            report.add("devices", PASSED, f"ResourceSlices of {DRA_DRIVER}: {shown}", elapsed)
+            ready[host] = seen[host]
+            continue
+        report.add(
+            "devices",
+            FAILED,
+            f"ResourceSlices of {DRA_DRIVER} for node {names[host]} list {shown} after "
+            f"{config.capacity_timeout} s, expected {gpus.count} gpu device(s); is the DRA "
+            f"kubelet plugin running there? `kubectl -n {config.namespace} logs "
+            "ds/nvidia-dra-driver-gpu-kubelet-plugin -c gpus`",
+            elapsed,
+        )
+    return ready
+
+
+def verify_pods(cluster, config: ClusterConfig, reports, candidates, ready, clock) -> None:
+    """The `pod` check through a ResourceClaimTemplate (created and deleted here)."""
+    if not ready:
+        return
+    held = allocated(cluster)
+    pods: dict[str, dict[str, Any]] = {}
+    for host, devices in ready.items():
+        free = [d for d in devices if (d["_pool"], d["name"]) not in held]
+        if not free:
+            holders = sorted({held[(d["_pool"], d["name"])] for d in devices})
+            reports[host].add(
+                "pod",
+                SKIPPED,
+                f"every {DRA_DRIVER} device of the node is allocated (claims "
+                f"{', '.join(holders[:5])}); no verification pod was started, so running "
+                "workloads are not disturbed (run verify again when a device is free)",
+            )
+            continue
+        pods[host] = host  # placeholder, rendered below with the template's name
+    if not pods:
+        return
+    template_name = f"gpustack-verify-gpu-{uuid.uuid4().hex[:8]}"
+    template = render_verify_claim_template(config, name=template_name)
+    path = f"{API}/namespaces/{config.namespace}/resourceclaimtemplates"
+    call(
+        lambda: cluster.raw("POST", path, body=template, ctype="application/json"),
+        f"create ResourceClaimTemplate {config.namespace}/{template_name}",
+    )
+    try:
+        for host in list(pods):
+            node = reports[host].node
+            pods[host] = render_dra_verify_pod(
+                config, node_name=node, name=pod_name("smi", node), claim_template=template_name
+            )
+        outcomes = run_pods(cluster, pods, config.verify_timeout, clock)
+    finally:
+        try:
+            cluster.raw("DELETE", f"{path}/{template_name}")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise GpustackError(
+                    f"cannot delete ResourceClaimTemplate {config.namespace}/{template_name}: "
+                    f"{status_message(exc)}",
+                    f"delete it by hand: kubectl -n {config.namespace} delete "
+                    f"resourceclaimtemplate {template_name}",
+                ) from None
+    from gpustack.k8s.cluster.verify import compare_uuids, smi_uuids
+
+    for host, outcome in outcomes.items():
+        report = reports[host]
+        if outcome.phase != "Succeeded":
+            report.add("pod", FAILED, outcome.message, outcome.seconds)
+            continue
+        seen = smi_uuids(outcome.log)
+        ok, message = compare_uuids(candidates[host][1].uuids, seen)
+        published = {attribute(d, "uuid") for d in ready[host]}
+        published |= {attribute(d, "parentUUID") for d in ready[host]}
+        if ok and seen[0] not in published:
+            ok, message = False, (
+                f"nvidia-smi -L listed {seen[0]}, which the node's ResourceSlices of "
+                f"{DRA_DRIVER} do not publish: the GPU did not come from the DRA driver"
+            )
+        elif ok:
+            message += f"; one of the devices {DRA_DRIVER} publishes for the node"
+        report.add("pod", PASSED if ok else FAILED, message, outcome.seconds)
