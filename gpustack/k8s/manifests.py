@@ -199,8 +199,9 @@ def render(
 GFD_NAME = "gpu-feature-discovery"
 
 # NVIDIA's DRA driver for GPUs (docs/dra.md): driver name and DeviceClasses from
-# NVIDIA/k8s-dra-driver-gpu v25.12.0 (cmd/gpu-kubelet-plugin/main.go DriverName,
-# deployments/helm/nvidia-dra-driver-gpu/templates/deviceclass-*.yaml@0882da8720c28763137e0987778ec476ec4cf8df).
+# NVIDIA/k8s-dra-driver-gpu v25.12.0 @0882da8720c28763137e0987778ec476ec4cf8df
+# (cmd/gpu-kubelet-plugin/main.go DriverName,
+# deployments/helm/nvidia-dra-driver-gpu/templates/deviceclass-*.yaml).
 DRA_DRIVER = "gpu.nvidia.com"
 DRA_NAME = "nvidia-dra-driver-gpu-kubelet-plugin"
 DRA_RBAC_NAME = "gpustack-nvidia-dra-driver-gpu-kubeletplugin"  # cluster-scoped: prefixed
@@ -229,9 +230,7 @@ def _dra_driver(config: ClusterConfig) -> list[dict[str, Any]]:
     ]
     common = {"config": config, "labels": labels}
     rbac = [
-        _render_template(
-            "dra-driver/serviceaccount.yaml.j2", name=DRA_SERVICE_ACCOUNT, **common
-        ),
+        _render_template("dra-driver/serviceaccount.yaml.j2", name=DRA_SERVICE_ACCOUNT, **common),
         _render_template("dra-driver/clusterrole.yaml.j2", name=DRA_RBAC_NAME, **common),
         _render_template(
             "dra-driver/clusterrolebinding.yaml.j2",
@@ -396,8 +395,9 @@ def node_labels(
     `nvidia.com/gpu.deploy.operands=false` keeps every operand off the node.
     GPU nodes get `gpu.present=true` and a `gpu.deploy.<operand>=true` for every enabled
     operand (plus `nvidia.com/mps.capable=true` while MPS is on); `device-plugin` or
-    `dra-driver` by gpustack_k8s_gpu_allocation, and the other one's "true" is removed. Nodes without GPUs lose
-    the "true" labels gpustack would have set, so no GPU DaemonSet lands there.
+    `dra-driver` by gpustack_k8s_gpu_allocation, and the other one's "true" is removed.
+    Nodes without GPUs lose the "true" labels gpustack would have set, so no GPU DaemonSet
+    lands there.
     """
     gpus = facts.get("gpus") or {}
     count = gpus.get("count", len(gpus.get("devices") or [])) if isinstance(gpus, dict) else 0

@@ -179,7 +179,11 @@ class ClusterConfig(BaseModel):
         return value
 
     @field_validator(
-        "device_plugin_image", "gfd_image", "dcgm_exporter_image", "verify_image", "dra_driver_image"
+        "device_plugin_image",
+        "gfd_image",
+        "dcgm_exporter_image",
+        "verify_image",
+        "dra_driver_image",
     )
     @classmethod
     def _repository(cls, value: str | None) -> str | None:

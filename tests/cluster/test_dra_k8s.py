@@ -39,7 +39,14 @@ def test_dra_install_publishes_devices_and_verifies_each_node_with_a_claim(
 
     assert report.passed, report.to_dict()
     for node in report.nodes:
-        assert [c.name for c in node.checks] == ["node", "gpus", "operands", "devices", "pod", "gfd"]
+        assert [c.name for c in node.checks] == [
+            "node",
+            "gpus",
+            "operands",
+            "devices",
+            "pod",
+            "gfd",
+        ]
         assert node.check("pod").status == "passed", node.check("pod").message
         assert "one of the devices gpu.nvidia.com publishes" in node.check("pod").message
     applied = {(a.kind, a.name) for a in report.applied}
@@ -84,7 +91,9 @@ def test_a_cluster_without_resource_k8s_io_v1_is_refused_before_anything_is_appl
         session_for(kubeconfig, ["gpu1"])
 
     assert "resource.k8s.io/v1" in caught.value.message
-    assert "does not serve" in caught.value.message and "nothing was applied" in caught.value.message
+    assert (
+        "does not serve" in caught.value.message and "nothing was applied" in caught.value.message
+    )
     assert "1.34" in caught.value.hint and "device-plugin" in caught.value.hint
     assert _store_snapshot(emu) == before
     assert sum(emu.count(m) for m in ("POST", "PUT", "PATCH", "DELETE")) == writes_before
@@ -95,3 +104,260 @@ def test_the_same_cluster_is_accepted_with_the_device_plugin(cluster, kubeconfig
     emu.without_dra()
     session = session_for(kubeconfig, ["gpu1"], extravars={})
     assert session is not None and session.config.gpu_allocation == "device-plugin"
+
+
+def test_the_cli_refuses_dra_on_an_old_cluster_with_error_and_hint_and_no_change(
+    tmp_path, state_dir, cluster
+):
+    import sys
+
+    from tests.conftest import run_cli
+
+    emu = cluster.emulator
+    emu.without_dra()
+    emu.add_node("gpuhost")
+    kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig")
+    inv = tmp_path / "inventory.ini"
+    inv.write_text(
+        f"[gpu_nodes]\ngpuhost ansible_connection=local ansible_python_interpreter={sys.executable}\n"
+    )
+    before = _store_snapshot(emu)
+
+    result = run_cli(
+        "install", str(inv), "--kubeconfig", str(kubeconfig), "--tags", "gpu_preflight",
+        "-e", "gpustack_k8s_gpu_allocation=dra", timeout=300,
+    )  # fmt: skip
+
+    assert result.returncode == 2, result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    errors = [line for line in output.splitlines() if line.startswith("Error:")]
+    hints = [line for line in output.splitlines() if line.startswith("Hint:")]
+    assert len(errors) == 1 and "resource.k8s.io/v1" in errors[0], output
+    assert len(hints) == 1 and "1.34" in hints[0]
+    assert "Traceback" not in output
+    assert _store_snapshot(emu) == before
+    assert not (state_dir / "runs").exists() or not list((state_dir / "runs").iterdir())
+
+
+def test_switching_back_to_the_device_plugin_removes_the_dra_kubelet_plugin(
+    cluster, kubeconfig, clock
+):
+    emu = cluster.emulator
+    gpu_cluster(emu, {"gpu1": 1})
+    facts = {"gpu1": gpu_facts("gpu1", 1)}
+    assert flow.install(session_for(kubeconfig, ["gpu1"]), run_result(facts), clock=clock).passed
+    assert emu.objects(RES, "ResourceSlice")
+
+    report = flow.install(session_for(kubeconfig, ["gpu1"], {}), run_result(facts), clock=clock)
+
+    assert report.passed, report.to_dict()
+    assert report.removed == [f"DaemonSet {NS}/nvidia-dra-driver-gpu-kubelet-plugin"]
+    assert emu.get("apps/v1", "DaemonSet", "nvidia-dra-driver-gpu-kubelet-plugin", NS) is None
+    labels = emu.get("v1", "Node", "gpu1")["metadata"]["labels"]
+    assert "nvidia.com/gpu.deploy.dra-driver" not in labels
+    assert labels["nvidia.com/gpu.deploy.device-plugin"] == "true"
+    # the plugin's pod went, so the kubelet dropped its ResourceSlice
+    assert emu.objects(RES, "ResourceSlice") == []
+    assert report.nodes[0].check("capacity").status == "passed"
+
+
+def test_a_node_whose_gpus_are_all_claimed_is_skipped_not_disturbed(cluster, kubeconfig, clock):
+    emu = cluster.emulator
+    gpu_cluster(emu, {"gpu1": 1})
+    facts = {"gpu1": gpu_facts("gpu1", 1)}
+    assert flow.install(session_for(kubeconfig, ["gpu1"]), run_result(facts), clock=clock).passed
+    _claim_template(emu, "one-gpu")
+    emu.create(_workload("train", "one-gpu"))  # keeps running: holds the node's only GPU
+    claims = emu.objects(RES, "ResourceClaim", "default")
+    assert len(claims) == 1 and claims[0]["status"]["allocation"]
+
+    report = flow.verify_cluster(session_for(kubeconfig, ["gpu1"]), run_result(facts), clock=clock)
+
+    pod = report.nodes[0].check("pod")
+    assert pod.status == "skipped", pod.message
+    assert f"default/{claims[0]['metadata']['name']}" in pod.message
+    assert emu.get("v1", "Pod", "train", "default")["status"]["phase"] == "Running"
+
+
+def test_a_node_without_the_dra_plugin_running_fails_the_devices_check(cluster, kubeconfig, clock):
+    emu = cluster.emulator
+    gpu_cluster(emu, {"gpu1": 1})
+    emu.hardware("gpu1").driver = None  # the driver is not loaded: the plugin cannot start
+    emu.hardware_changed()
+    facts = {"gpu1": gpu_facts("gpu1", 1)}
+
+    report = flow.install(session_for(kubeconfig, ["gpu1"]), run_result(facts), clock=clock)
+
+    assert not report.passed
+    operands = report.nodes[0].check("operands")
+    assert (
+        operands.status == "failed" and "nvidia-dra-driver-gpu-kubelet-plugin" in operands.message
+    )
+    assert emu.objects(RES, "ResourceSlice") == []
+
+
+# -- the emulator's resource.k8s.io/v1 is at least as strict as kube-apiserver where gpustack
+# -- relies on it (tests/cluster/emulator/dra.py cites the rules) ---------------------------
+
+
+def _claim_template(emu, name, request=None, namespace="default"):
+    request = request or {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}
+    return emu.create({
+        "apiVersion": RES, "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"spec": {"devices": {"requests": [request]}}},
+    })  # fmt: skip
+
+
+def _workload(name, template, node_name=None, runtime_class=None):
+    spec = {
+        "restartPolicy": "Never",
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
+        "containers": [{"name": "c", "image": "example/train:1",
+                        "resources": {"claims": [{"name": "gpu"}]}}],
+    }  # fmt: skip
+    if node_name:
+        spec["nodeName"] = node_name
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"}, "spec": spec}  # fmt: skip
+
+
+def _dra_installed(emu, kubeconfig, clock, gpus=1):
+    gpu_cluster(emu, {"gpu1": gpus})
+    facts = {"gpu1": gpu_facts("gpu1", gpus)}
+    assert flow.install(session_for(kubeconfig, ["gpu1"]), run_result(facts), clock=clock).passed
+
+
+@pytest.mark.parametrize(
+    ("request_", "message"),
+    [
+        ({"name": "gpu", "exactly": {}}, "exactly.deviceClassName: Required value"),
+        ({"name": "gpu"}, "exactly one of `exactly` or `firstAvailable` is required"),
+        (
+            {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"},
+             "firstAvailable": [{"name": "a", "deviceClassName": "gpu.nvidia.com"}]},
+            "but multiple fields are set",
+        ),
+        ({"name": "GPU", "exactly": {"deviceClassName": "gpu.nvidia.com"}}, "must be a DNS label"),
+        (
+            {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 0}},
+            "must be greater than zero",
+        ),
+        # the v1beta1 shape (deviceClassName directly on the request) is not v1
+        ({"name": "gpu", "deviceClassName": "gpu.nvidia.com"}, "is required"),
+    ],
+)  # fmt: skip
+def test_invalid_claim_templates_are_refused_with_422(cluster, request_, message):
+    with pytest.raises(ApiError) as caught:
+        _claim_template(cluster.emulator, "bad", request_)
+    assert caught.value.code == 422 and message in caught.value.message
+
+
+def test_claim_template_defaults_and_immutable_spec(cluster):
+    emu = cluster.emulator
+    created = _claim_template(emu, "one-gpu")
+    exact = created["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+    assert (exact["allocationMode"], exact["count"]) == ("ExactCount", 1)
+    with pytest.raises(ApiError) as caught:
+        emu.merge_patch(RES, "ResourceClaimTemplate", "one-gpu",
+                        {"spec": {"spec": {"devices": {"requests": [
+                            {"name": "gpu", "exactly": {"deviceClassName": "mig.nvidia.com"}}]}}}},
+                        namespace="default")  # fmt: skip
+    assert caught.value.code == 422 and "field is immutable" in caught.value.message
+
+
+def test_resource_slices_need_one_node_scope_and_keep_their_node(cluster):
+    emu = cluster.emulator
+    emu.add_node("n1")
+    body = {"apiVersion": RES, "kind": "ResourceSlice", "metadata": {"name": "s1"},
+            "spec": {"driver": "gpu.nvidia.com", "pool": {"name": "n1", "generation": 1,
+                                                          "resourceSliceCount": 1}}}  # fmt: skip
+    with pytest.raises(ApiError) as caught:
+        emu.create(body)
+    assert "exactly one of `nodeName`" in caught.value.message
+    body["spec"]["nodeName"] = "n1"
+    emu.create(body)
+    with pytest.raises(ApiError) as caught:
+        emu.merge_patch(RES, "ResourceSlice", "s1", {"spec": {"nodeName": "n2"}})
+    assert "spec.nodeName: Invalid value: field is immutable" in caught.value.message
+
+
+def test_a_container_claim_must_name_one_of_the_pods_claims(cluster):
+    pod = _workload("p", "one-gpu")
+    pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "other"}]
+    with pytest.raises(ApiError) as caught:
+        cluster.emulator.create(pod)
+    assert caught.value.code == 422 and 'Not found: "other"' in caught.value.message
+
+
+def test_device_class_cel_outside_the_emulated_subset_is_refused(cluster):
+    with pytest.raises(ApiError) as caught:
+        cluster.emulator.create({
+            "apiVersion": RES, "kind": "DeviceClass", "metadata": {"name": "x"},
+            "spec": {"selectors": [{"cel": {"expression": "device.capacity['m'].memory > 1"}}]},
+        })  # fmt: skip
+    assert caught.value.code == 422 and "the emulator evaluates only" in caught.value.message
+
+
+def test_a_pod_bound_by_node_name_never_gets_its_claim(cluster, kubeconfig, clock):
+    emu = cluster.emulator
+    _dra_installed(emu, kubeconfig, clock)
+    _claim_template(emu, "one-gpu")
+
+    emu.create(_workload("pinned", "one-gpu", node_name="gpu1"))
+
+    pod = emu.get("v1", "Pod", "pinned", "default")
+    assert pod["status"]["phase"] == "Pending"
+    claim = emu.objects(RES, "ResourceClaim", "default")[0]
+    assert "allocation" not in (claim.get("status") or {})
+    events = [e for e in emu.objects("v1", "Event", "default")
+              if e["involvedObject"]["name"] == "pinned"]  # fmt: skip
+    assert any(e["reason"] == "FailedPrepareDynamicResources" and "not reserved" in e["message"]
+               for e in events)  # fmt: skip
+
+
+def test_claims_are_allocated_from_free_devices_only(cluster, kubeconfig, clock):
+    emu = cluster.emulator
+    _dra_installed(emu, kubeconfig, clock, gpus=1)
+    _claim_template(emu, "one-gpu")
+    emu.create(_workload("first", "one-gpu"))
+    emu.create(_workload("second", "one-gpu"))
+
+    first, second = (emu.get("v1", "Pod", n, "default") for n in ("first", "second"))
+    assert first["spec"]["nodeName"] == "gpu1" and first["status"]["phase"] == "Running"
+    assert "nodeName" not in second["spec"]
+    condition = second["status"]["conditions"][0]
+    assert condition["reason"] == "Unschedulable"
+    assert "cannot allocate all claims" in condition["message"]
+
+    emu.delete("v1", "Pod", "first", "default")
+    emu.tick()  # the kubelet finishes the graceful deletion; the claim goes with the pod (GC)
+    second = emu.get("v1", "Pod", "second", "default")
+    assert second["spec"].get("nodeName") == "gpu1", second["status"]
+
+
+def test_the_nvidia_runtime_exposes_every_gpu_to_a_dra_pod_with_a_cuda_image(
+    cluster, kubeconfig, clock
+):
+    """Why gpustack's DRA verification pod sets no runtimeClassName (SIMULATED model of the
+    nvidia runtime honouring NVIDIA_VISIBLE_DEVICES=all next to the claim's CDI devices)."""
+    from tests.cluster.emulator import PodFate  # noqa: F401  (workload policy not needed)
+
+    emu = cluster.emulator
+    _dra_installed(emu, kubeconfig, clock, gpus=2)
+    _claim_template(emu, "one-gpu")
+    for name, runtime in (("cdi-only", None), ("with-runtime", "nvidia")):
+        pod = _workload(name, "one-gpu", runtime_class=runtime)
+        pod["spec"]["containers"][0].update(
+            image="nvcr.io/nvidia/cuda:12", command=["nvidia-smi", "-L"]
+        )
+        emu.create(pod)
+    logs = {}
+    for name in ("cdi-only", "with-runtime"):
+        pod = emu.get("v1", "Pod", name, "default")
+        logs[name] = emu.kubelet.log(pod, None)
+    assert logs["cdi-only"].count("UUID: GPU-") == 1
+    assert logs["with-runtime"].count("UUID: GPU-") == 2

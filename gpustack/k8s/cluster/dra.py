@@ -88,7 +88,7 @@ def allocated(cluster: Cluster) -> dict[tuple[str, str], str]:
     """(pool, device) of gpu.nvidia.com -> namespace/name of the claim that holds it."""
     held = {}
     for claim in cluster.list_all(CLAIMS, "list ResourceClaims"):
-        results = ((((claim.get("status") or {}).get("allocation") or {}).get("devices")) or {})
+        results = (((claim.get("status") or {}).get("allocation") or {}).get("devices")) or {}
         for result in results.get("results") or []:
             if result.get("driver") == DRA_DRIVER:
                 meta = claim.get("metadata") or {}
@@ -208,9 +208,12 @@ def verify_pods(cluster, config: ClusterConfig, reports, candidates, ready, cloc
         published = {attribute(d, "uuid") for d in ready[host]}
         published |= {attribute(d, "parentUUID") for d in ready[host]}
         if ok and seen[0] not in published:
-            ok, message = False, (
-                f"nvidia-smi -L listed {seen[0]}, which the node's ResourceSlices of "
-                f"{DRA_DRIVER} do not publish: the GPU did not come from the DRA driver"
+            ok, message = (
+                False,
+                (
+                    f"nvidia-smi -L listed {seen[0]}, which the node's ResourceSlices of "
+                    f"{DRA_DRIVER} do not publish: the GPU did not come from the DRA driver"
+                ),
             )
         elif ok:
             message += f"; one of the devices {DRA_DRIVER} publishes for the node"

@@ -108,17 +108,18 @@ def _device_claim(devices: Any, path: str, errors: list[str]) -> None:
         elif name in names:
             errors.append(f"{where}.name: Duplicate value: {name!r}")
         names.add(name)
+        # `exactly` is a pointer: {} is set (and then needs deviceClassName)
         exactly, first = request.get("exactly"), request.get("firstAvailable")
-        if not exactly and not first:
+        if exactly is None and not first:
             errors.append(f"{where}: Required value: exactly one of `exactly` or "
                           "`firstAvailable` is required")  # fmt: skip
             continue
-        if exactly and first:
+        if exactly is not None and first:
             errors.append(f"{where}: Invalid value: null: exactly one of `exactly` or "
                           "`firstAvailable` is required, but multiple fields are set")  # fmt: skip
             continue
-        for j, sub in enumerate([exactly] if exactly else first):
-            at = f"{where}.exactly" if exactly else f"{where}.firstAvailable[{j}]"
+        for j, sub in enumerate([exactly] if exactly is not None else first):
+            at = f"{where}.exactly" if exactly is not None else f"{where}.firstAvailable[{j}]"
             cls = sub.get("deviceClassName") or ""
             if not cls:
                 errors.append(f"{at}.deviceClassName: Required value")
@@ -203,8 +204,10 @@ def validate_update(kind: Kind, old: dict, new: dict) -> None:
         if status.get("reservedFor") and not status.get("allocation"):
             errors.append("status.reservedFor: Forbidden: may not be specified when "
                           "`allocated` is not set")  # fmt: skip
-        if before.get("allocation") and status.get("allocation") and (
-            status["allocation"] != before["allocation"]
+        if (
+            before.get("allocation")
+            and status.get("allocation")
+            and (status["allocation"] != before["allocation"])
         ):
             errors.append("status.allocation: Invalid value: field is immutable")
     if kind.kind == "ResourceSlice":
@@ -403,7 +406,9 @@ class Dra:
             results = []
             for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
                 exact = request.get("exactly") or {}
-                cls = self.cluster.store.get(self.kind("DeviceClass"), None, exact.get("deviceClassName", ""))
+                cls = self.cluster.store.get(
+                    self.kind("DeviceClass"), None, exact.get("deviceClassName", "")
+                )
                 if cls is None:
                     return False, (f"request {request['name']}: device class "
                                    f"{exact.get('deviceClassName')} does not exist"), []  # fmt: skip
@@ -418,7 +423,11 @@ class Dra:
                             continue
                         if all(matches(e, spec["driver"], device) for e in expressions):
                             free.append(key)
-                want = len(free) if exact.get("allocationMode") == "All" else int(exact.get("count", 1))
+                want = (
+                    len(free)
+                    if exact.get("allocationMode") == "All"
+                    else int(exact.get("count", 1))
+                )
                 if want == 0 or len(free) < want:
                     return False, "cannot allocate all claims", []
                 for driver, pool, device in free[:want]:
@@ -510,10 +519,15 @@ class Dra:
             for device in spec.get("devices") or []:
                 if device["name"] != result["device"]:
                     continue
-                get = lambda a: attribute(device, spec["driver"], spec["driver"], a)  # noqa: E731
-                if get("type") == "mig":
-                    return Device(device["name"], get("parentUUID"), get("uuid"), get("profile"), cdi=True)
-                return Device(device["name"], get("uuid"), cdi=True)
+                driver = spec["driver"]
+                values = {
+                    a: attribute(device, driver, driver, a)
+                    for a in ("type", "uuid", "parentUUID", "profile")
+                }
+                if values["type"] == "mig":
+                    return Device(device["name"], values["parentUUID"], values["uuid"],
+                                  values["profile"], cdi=True)  # fmt: skip
+                return Device(device["name"], values["uuid"], cdi=True)
         return None
 
 

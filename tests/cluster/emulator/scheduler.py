@@ -105,7 +105,9 @@ class Scheduler:
                 condition["lastTransitionTime"] = now()
                 keep = {k: v for k, v in (pod.get("status") or {}).items()
                         if k == "resourceClaimStatuses"}  # fmt: skip
-                cluster.store.set_status(pods, pod, {"phase": "Pending", "conditions": [condition], **keep})
+                cluster.store.set_status(
+                    pods, pod, {"phase": "Pending", "conditions": [condition], **keep}
+                )
                 cluster.event(pod, "FailedScheduling", message, "Warning", "default-scheduler")
 
     def _fit(self, pod: dict) -> tuple[str | None, Counter, list]:
