@@ -361,3 +361,37 @@ def test_the_nvidia_runtime_exposes_every_gpu_to_a_dra_pod_with_a_cuda_image(
         logs[name] = emu.kubelet.log(pod, None)
     assert logs["cdi-only"].count("UUID: GPU-") == 1
     assert logs["with-runtime"].count("UUID: GPU-") == 2
+
+
+def test_uninstall_removes_the_dra_objects_and_the_plugin_takes_its_slices_along(
+    cluster, kubeconfig, clock
+):
+    emu = cluster.emulator
+    _dra_installed(emu, kubeconfig, clock)
+    assert emu.objects(RES, "ResourceSlice")
+
+    result = flow.uninstall(session_for(kubeconfig, ["gpu1"]))
+
+    assert "DeviceClass gpu.nvidia.com" in result["deleted"]
+    assert "ClusterRole gpustack-nvidia-dra-driver-gpu-kubeletplugin" in result["deleted"]
+    emu.tick()  # the kubelet finishes the plugin pod's graceful deletion
+    assert emu.objects(RES, "DeviceClass") == []
+    assert emu.objects("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") == []
+    assert emu.objects(RES, "ResourceSlice") == []
+    labels = emu.get("v1", "Node", "gpu1")["metadata"]["labels"]
+    assert "nvidia.com/gpu.deploy.dra-driver" not in labels
+
+
+def test_check_mode_applies_nothing_but_validates_the_dra_objects(cluster, kubeconfig, clock):
+    emu = cluster.emulator
+    gpu_cluster(emu, {"gpu1": 1})
+    facts = {"gpu1": gpu_facts("gpu1", 1)}
+
+    report = flow.install(
+        session_for(kubeconfig, ["gpu1"]), run_result(facts), check=True, clock=clock
+    )
+
+    actions = {(a.kind, a.name): a.action for a in report.applied}
+    assert actions[("DeviceClass", "gpu.nvidia.com")] == "would create"
+    assert emu.objects(RES, "DeviceClass") == []
+    assert emu.objects("apps/v1", "DaemonSet") == []
