@@ -346,8 +346,11 @@ def render_verify_pod(
     )
 
 
-def render_verify_claim_template(config: ClusterConfig, *, name: str) -> dict[str, Any]:
-    """The ResourceClaimTemplate DRA verification pods use: one device of gpu.nvidia.com."""
+def render_verify_claim_template(
+    config: ClusterConfig, *, name: str, device_class: str = DRA_GPU_CLASS
+) -> dict[str, Any]:
+    """The ResourceClaimTemplate DRA verification pods use: one device of `device_class`
+    (gpu.nvidia.com, or mig.nvidia.com on a node that publishes only MIG devices)."""
     if len(name) > 253 or not _POD_NAME.match(name):
         raise ValueError(f"{name!r} is not a valid object name")
     return _render_template(
@@ -355,7 +358,7 @@ def render_verify_claim_template(config: ClusterConfig, *, name: str) -> dict[st
         config=config,
         name=name,
         labels={**COMMON_LABELS, VERIFY_LABEL: "true"},
-        device_class=DRA_GPU_CLASS,
+        device_class=device_class,
     )
 
 

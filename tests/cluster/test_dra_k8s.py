@@ -395,3 +395,33 @@ def test_check_mode_applies_nothing_but_validates_the_dra_objects(cluster, kubec
     assert actions[("DeviceClass", "gpu.nvidia.com")] == "would create"
     assert emu.objects(RES, "DeviceClass") == []
     assert emu.objects("apps/v1", "DaemonSet") == []
+
+
+def test_an_all_mig_node_is_verified_with_a_mig_device(cluster, kubeconfig, clock):
+    """A GPU in MIG mode is published as its MIG devices; the pod asks mig.nvidia.com then."""
+    emu = cluster.emulator
+    gpu_cluster(emu, {"gpu1": 1}, mig={"gpu1": {0: ["3g.40gb", "3g.40gb"]}})
+    facts = {"gpu1": gpu_facts("gpu1", 1)}
+
+    report = flow.install(session_for(kubeconfig, ["gpu1"]), run_result(facts), clock=clock)
+
+    assert report.passed, report.to_dict()
+    node = report.nodes[0]
+    assert "2 mig" in node.check("devices").message
+    assert "(mig.nvidia.com)" in node.check("pod").message
+    templates = emu.request_bodies("POST", f"/apis/{RES}/namespaces/{NS}/resourceclaimtemplates")
+    classes = [t["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"]
+               for t in templates]  # fmt: skip
+    assert classes == ["mig.nvidia.com"]
+
+
+def test_a_gpu_in_mig_mode_without_mig_devices_fails_the_devices_check(cluster, kubeconfig, clock):
+    emu = cluster.emulator
+    gpu_cluster(emu, {"gpu1": 2}, mig={"gpu1": {1: []}})  # GPU 1: MIG on, nothing configured
+    facts = {"gpu1": gpu_facts("gpu1", 2)}
+
+    report = flow.install(session_for(kubeconfig, ["gpu1"]), run_result(facts), clock=clock)
+
+    devices = report.nodes[0].check("devices")
+    assert devices.status == "failed", devices.message
+    assert "expected all 2 GPU(s)" in devices.message

@@ -25,6 +25,8 @@ from gpustack.k8s.cluster.connect import Clock, Cluster, api_hint, call, status_
 from gpustack.k8s.cluster.pods import POLL_SECONDS, pod_name, run_pods
 from gpustack.k8s.manifests import (
     DRA_DRIVER,
+    DRA_GPU_CLASS,
+    DRA_MIG_CLASS,
     ClusterConfig,
     render_dra_verify_pod,
     render_verify_claim_template,
@@ -97,8 +99,16 @@ def allocated(cluster: Cluster) -> dict[tuple[str, str], str]:
     return held
 
 
-def _gpu_devices(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [d for d in devices if attribute(d, "type") == "gpu"]
+def covered_gpus(devices: list[dict[str, Any]]) -> set[str]:
+    """Physical GPUs the devices stand for: a whole GPU (`type=gpu`, its uuid) or the parent of
+    a MIG device (`type=mig`, parentUUID). A GPU in MIG mode without MIG devices has none."""
+    found = set()
+    for device in devices:
+        kind = attribute(device, "type")
+        uuid_ = attribute(device, "uuid") if kind == "gpu" else attribute(device, "parentUUID")
+        if kind in ("gpu", "mig") and uuid_:
+            found.add(uuid_)
+    return found
 
 
 # -- verification ----------------------------------------------------------------------------
@@ -107,8 +117,9 @@ def _gpu_devices(devices: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def wait_devices(cluster, config: ClusterConfig, names, candidates, clock: Clock):
     """The `devices` check: poll ResourceSlices until each candidate node lists its devices.
 
-    Without MIG one `type=gpu` device per GPU; with MIG any device of the driver counts.
-    Returns host -> the node's devices for the nodes that passed.
+    Every GPU of the host must be published, whole (`type=gpu`) or as MIG devices
+    (`type=mig`, by parentUUID), whatever gpustack_k8s_mig_strategy says (a device plugin
+    setting). Returns host -> the node's devices for the nodes that passed.
     """
     if not candidates:
         return {}
@@ -118,10 +129,8 @@ def wait_devices(cluster, config: ClusterConfig, names, candidates, clock: Clock
         seen = {h: devices.get(names[h], []) for h in candidates}
         done = set()
         for host, (_, gpus) in candidates.items():
-            if config.capacity_predictable:
-                if len(_gpu_devices(seen[host])) == gpus.count:
-                    done.add(host)
-            elif seen[host]:
+            covered = covered_gpus(seen[host])
+            if len(covered) == gpus.count and (gpus.uuids is None or covered == set(gpus.uuids)):
                 done.add(host)
         elapsed = clock.now() - start
         if len(done) == len(candidates) or elapsed >= config.capacity_timeout:
@@ -142,7 +151,8 @@ def wait_devices(cluster, config: ClusterConfig, names, candidates, clock: Clock
             "devices",
             FAILED,
             f"ResourceSlices of {DRA_DRIVER} for node {names[host]} list {shown} after "
-            f"{config.capacity_timeout} s, expected {gpus.count} gpu device(s); is the DRA "
+            f"{config.capacity_timeout} s, expected all {gpus.count} GPU(s) of the host (whole "
+            "or as MIG devices); is the DRA "
             f"kubelet plugin running there? `kubectl -n {config.namespace} logs "
             "ds/nvidia-dra-driver-gpu-kubelet-plugin -c gpus`",
             elapsed,
@@ -156,9 +166,13 @@ def verify_pods(cluster, config: ClusterConfig, reports, candidates, ready, cloc
         return
     held = allocated(cluster)
     pods: dict[str, dict[str, Any]] = {}
+    classes: dict[str, str] = {}
     for host, devices in ready.items():
         free = [d for d in devices if (d["_pool"], d["name"]) not in held]
-        if not free:
+        kinds = {attribute(d, "type") for d in free}
+        if "gpu" in kinds or "mig" in kinds:  # a whole GPU first, else a MIG device
+            classes[host] = DRA_GPU_CLASS if "gpu" in kinds else DRA_MIG_CLASS
+        else:
             holders = sorted({held[(d["_pool"], d["name"])] for d in devices})
             reports[host].add(
                 "pod",
@@ -168,34 +182,31 @@ def verify_pods(cluster, config: ClusterConfig, reports, candidates, ready, cloc
                 "workloads are not disturbed (run verify again when a device is free)",
             )
             continue
-        pods[host] = host  # placeholder, rendered below with the template's name
-    if not pods:
+    if not classes:
         return
-    template_name = f"gpustack-verify-gpu-{uuid.uuid4().hex[:8]}"
-    template = render_verify_claim_template(config, name=template_name)
+    run = uuid.uuid4().hex[:8]
+    templates = {
+        cls: f"gpustack-verify-{cls.split('.')[0]}-{run}" for cls in sorted(set(classes.values()))
+    }
     path = f"{API}/namespaces/{config.namespace}/resourceclaimtemplates"
-    call(
-        lambda: cluster.raw("POST", path, body=template, ctype="application/json"),
-        f"create ResourceClaimTemplate {config.namespace}/{template_name}",
-    )
+    created: list[str] = []
     try:
-        for host in list(pods):
+        for cls, name in templates.items():
+            template = render_verify_claim_template(config, name=name, device_class=cls)
+            call(
+                lambda t=template: cluster.raw("POST", path, body=t, ctype="application/json"),
+                f"create ResourceClaimTemplate {config.namespace}/{name}",
+            )
+            created.append(name)
+        for host, cls in classes.items():
             node = reports[host].node
             pods[host] = render_dra_verify_pod(
-                config, node_name=node, name=pod_name("smi", node), claim_template=template_name
+                config, node_name=node, name=pod_name("smi", node), claim_template=templates[cls]
             )
         outcomes = run_pods(cluster, pods, config.verify_timeout, clock)
     finally:
-        try:
-            cluster.raw("DELETE", f"{path}/{template_name}")
-        except ApiException as exc:
-            if exc.status != 404:
-                raise GpustackError(
-                    f"cannot delete ResourceClaimTemplate {config.namespace}/{template_name}: "
-                    f"{status_message(exc)}",
-                    f"delete it by hand: kubectl -n {config.namespace} delete "
-                    f"resourceclaimtemplate {template_name}",
-                ) from None
+        for name in created:
+            _delete_template(cluster, config.namespace, path, name)
     from gpustack.k8s.cluster.verify import compare_uuids, smi_uuids
 
     for host, outcome in outcomes.items():
@@ -216,5 +227,16 @@ def verify_pods(cluster, config: ClusterConfig, reports, candidates, ready, cloc
                 ),
             )
         elif ok:
-            message += f"; one of the devices {DRA_DRIVER} publishes for the node"
+            message += f"; one of the devices {DRA_DRIVER} publishes for the node ({classes[host]})"
         report.add("pod", PASSED if ok else FAILED, message, outcome.seconds)
+
+
+def _delete_template(cluster: Cluster, namespace: str, path: str, name: str) -> None:
+    try:
+        cluster.raw("DELETE", f"{path}/{name}")
+    except ApiException as exc:
+        if exc.status != 404:
+            raise GpustackError(
+                f"cannot delete ResourceClaimTemplate {namespace}/{name}: {status_message(exc)}",
+                f"delete it by hand: kubectl -n {namespace} delete resourceclaimtemplate {name}",
+            ) from None

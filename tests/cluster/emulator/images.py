@@ -415,7 +415,7 @@ class DraKubeletPlugin(Profile):
         for minor, gpu in enumerate(ctx.hw.gpus):
             if not gpu.healthy:
                 continue
-            if gpu.mig:
+            if gpu.mig is not None:  # MIG mode: only its MIG devices (none: stranded, as upstream)
                 for j, (mig_uuid, profile) in enumerate(gpu.mig_devices()):
                     devices.append({"name": f"gpu-{minor}-mig-{profile.replace('.', '')}-0-{j}",
                                     "attributes": {"type": {"string": "mig"}, "uuid": {"string": mig_uuid},
