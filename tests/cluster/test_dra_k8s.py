@@ -425,3 +425,30 @@ def test_a_gpu_in_mig_mode_without_mig_devices_fails_the_devices_check(cluster, 
     devices = report.nodes[0].check("devices")
     assert devices.status == "failed", devices.message
     assert "expected all 2 GPU(s)" in devices.message
+
+
+def test_status_reads_the_dra_plugin_and_resource_slices_not_the_device_plugin(
+    cluster, kubeconfig, clock
+):
+    from gpustack.fleet.status import kubernetes_drift
+    from gpustack.k8s.cluster import status as cluster_status
+
+    emu = cluster.emulator
+    _dra_installed(emu, kubeconfig, clock, gpus=2)
+
+    views = cluster_status.read_nodes(session_for(kubeconfig, ["gpu1"]))
+
+    view = views["gpu1"]
+    assert view["allocator"] == "dra" and view["allocatable_gpus"] == 2
+    assert view["device_plugin_ready"] is True
+    assert view["device_plugin_pods"][0].startswith("nvidia-dra-driver-gpu-kubelet-plugin-")
+    assert kubernetes_drift(2, view) == []
+    # the plugin stops (driver unloaded): its slice goes and status says so
+    emu.hardware("gpu1").driver = None
+    emu.delete("v1", "Pod", view["device_plugin_pods"][0], NS)
+    emu.tick()
+    view = cluster_status.read_nodes(session_for(kubeconfig, ["gpu1"]))["gpu1"]
+    assert kubernetes_drift(2, view) == [
+        "no GPU in the node's ResourceSlices (DRA driver gpu.nvidia.com)",
+        "DRA kubelet plugin pod not ready on the Kubernetes node",
+    ]
