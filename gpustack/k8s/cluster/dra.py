@@ -160,10 +160,14 @@ def wait_devices(cluster, config: ClusterConfig, names, candidates, clock: Clock
     return ready
 
 
-def verify_pods(cluster, config: ClusterConfig, reports, candidates, ready, clock) -> None:
-    """The `pod` check through a ResourceClaimTemplate (created and deleted here)."""
+def run_verify_pods(cluster, config: ClusterConfig, reports, ready, clock):
+    """Run the `pod` check's pods through a ResourceClaimTemplate (created and deleted here).
+
+    Returns (host -> PodOutcome, host -> DeviceClass used); nodes without a free device get
+    their `pod` check skipped here. verify.py judges the outcomes.
+    """
     if not ready:
-        return
+        return {}, {}
     held = allocated(cluster)
     pods: dict[str, dict[str, Any]] = {}
     classes: dict[str, str] = {}
@@ -183,7 +187,7 @@ def verify_pods(cluster, config: ClusterConfig, reports, candidates, ready, cloc
             )
             continue
     if not classes:
-        return
+        return {}, {}
     run = uuid.uuid4().hex[:8]
     templates = {
         cls: f"gpustack-verify-{cls.split('.')[0]}-{run}" for cls in sorted(set(classes.values()))
@@ -207,28 +211,13 @@ def verify_pods(cluster, config: ClusterConfig, reports, candidates, ready, cloc
     finally:
         for name in created:
             _delete_template(cluster, config.namespace, path, name)
-    from gpustack.k8s.cluster.verify import compare_uuids, smi_uuids
+    return outcomes, classes
 
-    for host, outcome in outcomes.items():
-        report = reports[host]
-        if outcome.phase != "Succeeded":
-            report.add("pod", FAILED, outcome.message, outcome.seconds)
-            continue
-        seen = smi_uuids(outcome.log)
-        ok, message = compare_uuids(candidates[host][1].uuids, seen)
-        published = {attribute(d, "uuid") for d in ready[host]}
-        published |= {attribute(d, "parentUUID") for d in ready[host]}
-        if ok and seen[0] not in published:
-            ok, message = (
-                False,
-                (
-                    f"nvidia-smi -L listed {seen[0]}, which the node's ResourceSlices of "
-                    f"{DRA_DRIVER} do not publish: the GPU did not come from the DRA driver"
-                ),
-            )
-        elif ok:
-            message += f"; one of the devices {DRA_DRIVER} publishes for the node ({classes[host]})"
-        report.add("pod", PASSED if ok else FAILED, message, outcome.seconds)
+
+def published_uuids(devices: list[dict[str, Any]]) -> set[str]:
+    """GPU UUIDs the devices name: whole GPUs and the parents of MIG devices."""
+    found = {attribute(d, "uuid") for d in devices} | {attribute(d, "parentUUID") for d in devices}
+    return {u for u in found if u}
 
 
 def _delete_template(cluster: Cluster, namespace: str, path: str, name: str) -> None:

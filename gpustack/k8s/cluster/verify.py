@@ -162,7 +162,7 @@ def verify(
     if config.dra:  # NVIDIA's DRA driver: ResourceSlices and a claim instead (dra.py)
         names = {t.host: t.node_name for t in targets if t.host in candidates}
         ready = dra.wait_devices(cluster, config, names, candidates, clock)
-        dra.verify_pods(cluster, config, reports, candidates, ready, clock)
+        _dra_pods(cluster, config, reports, candidates, ready, clock)
         units: dict[str, str] = {}
     else:
         ready = _wait_capacity(cluster, config, targets, candidates, clock)
@@ -262,6 +262,29 @@ def _verify_pods(cluster, config, reports, candidates, ready, clock) -> dict[str
             "pod", PASSED if ok else FAILED, message + (detail if ok else ""), outcome.seconds
         )
     return {h: u.resource for h, u in chosen.items() if not reports[h].failed()}
+
+
+def _dra_pods(cluster, config, reports, candidates, ready, clock) -> None:
+    """The `pod` check under DRA: exactly one GPU, the host's, one the node's slices publish."""
+    outcomes, classes = dra.run_verify_pods(cluster, config, reports, ready, clock)
+    for host, outcome in outcomes.items():
+        report = reports[host]
+        if outcome.phase != "Succeeded":
+            report.add("pod", FAILED, outcome.message, outcome.seconds)
+            continue
+        seen = smi_uuids(outcome.log)
+        ok, message = compare_uuids(candidates[host][1].uuids, seen)
+        if ok and seen[0] not in dra.published_uuids(ready[host]):
+            ok = False
+            message = (
+                f"nvidia-smi -L listed {seen[0]}, which the node's ResourceSlices of "
+                f"{dra.DRA_DRIVER} do not publish: the GPU did not come from the DRA driver"
+            )
+        elif ok:
+            message += (
+                f"; one of the devices {dra.DRA_DRIVER} publishes for the node ({classes[host]})"
+            )
+        report.add("pod", PASSED if ok else FAILED, message, outcome.seconds)
 
 
 def _vectoradd(cluster, config, reports, units: dict[str, str], clock) -> None:
