@@ -4,12 +4,14 @@ Design: docs/dra.md. The cluster must serve `resource.k8s.io/v1` (DRA is GA in K
 1.34); `require_api` refuses it before anything is applied. Verification per node, in the
 place of the device plugin's `capacity` and `pod` checks:
   devices   the DRA kubelet plugin published the node's GPUs: ResourceSlices of driver
-            gpu.nvidia.com for the node list one `type=gpu` device per GPU (or MIG devices)
+            gpu.nvidia.com for the node name every GPU of the host, whole (`type=gpu`) or as
+            the parent of MIG devices (`type=mig`)
   pod       a pod with a claim from a ResourceClaimTemplate (one device of DeviceClass
-            gpu.nvidia.com), pinned to the node by node affinity, runs `nvidia-smi -L` and must
-            see exactly one GPU, one of the host's and one the node's ResourceSlices publish (the
-            generated claim is deleted once the pod is done, so its allocation is not read back).
-            A node with no free device is skipped, as with the device plugin.
+            gpu.nvidia.com, or mig.nvidia.com where only MIG devices are free), pinned to the
+            node by node affinity, runs `nvidia-smi -L`; verify.py then wants exactly one GPU,
+            one of the host's and one the node's ResourceSlices publish (the generated claim is
+            deleted once the pod is done, so its allocation is not read back). A node with no
+            free device is skipped, as with the device plugin.
 """
 
 from __future__ import annotations
