@@ -161,6 +161,15 @@ def rendered_objects(data: dict[str, Any], name: str) -> dict[str, dict[str, Any
     if "gpus" in inspect.signature(render_verify_pod).parameters:
         kwargs["gpus"] = 1
     objects["Pod/verify"] = render_verify_pod(config, **kwargs)
+    if getattr(config, "dra", False):  # the DRA verification objects (docs/dra.md)
+        from gpustack.k8s.manifests import render_dra_verify_pod, render_verify_claim_template
+
+        objects["ResourceClaimTemplate/verify"] = render_verify_claim_template(
+            config, name="verify"
+        )
+        objects["Pod/verify-dra"] = render_dra_verify_pod(
+            config, node_name="gpu-1", name="verify-dra", claim_template="verify"
+        )
     objects["*"] = {"kinds": sorted({o["kind"] for o in objects.values()})}
     return objects
 

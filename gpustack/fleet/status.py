@@ -267,7 +267,12 @@ def kubernetes_drift(gpu_count: int, k8s: dict[str, Any] | None) -> list[str]:
     if k8s is None or not k8s.get("node"):
         return [(k8s or {}).get("error") or "no Kubernetes node for this host"]
     out = []
-    if gpu_count:
+    if gpu_count and k8s.get("allocator") == "dra":  # gpustack_k8s_gpu_allocation=dra
+        if not k8s.get("allocatable_gpus"):
+            out.append("no GPU in the node's ResourceSlices (DRA driver gpu.nvidia.com)")
+        if k8s.get("device_plugin_ready") is not True:
+            out.append("DRA kubelet plugin pod not ready on the Kubernetes node")
+    elif gpu_count:
         if not k8s.get("allocatable_gpus"):
             out.append("nvidia.com/gpu not allocatable on the Kubernetes node")
         if k8s.get("device_plugin_ready") is not True:

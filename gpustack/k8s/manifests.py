@@ -32,6 +32,8 @@ __all__ = [
     "manifest_filename",
     "node_labels",
     "render",
+    "render_dra_verify_pod",
+    "render_verify_claim_template",
     "render_verify_pod",
     "split_registry",
     "write_manifests",
@@ -50,8 +52,9 @@ POD_SECURITY_LABELS = {
 }
 GPU_TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 
-# Operands gated per node by `nvidia.com/gpu.deploy.<operand>` (GPU Operator's labels).
-OPERANDS = ("device-plugin", "gpu-feature-discovery", "dcgm-exporter")
+# Operands gated per node by `nvidia.com/gpu.deploy.<operand>` (GPU Operator's labels);
+# dra-driver is gpustack's label for NVIDIA's DRA kubelet plugin (gpu_allocation=dra).
+OPERANDS = ("device-plugin", "dra-driver", "gpu-feature-discovery", "dcgm-exporter")
 PRESENT_LABEL = "nvidia.com/gpu.present"
 DEPLOY_LABEL = "nvidia.com/gpu.deploy.{}"
 ALL_OPERANDS_LABEL = "nvidia.com/gpu.deploy.operands"
@@ -172,9 +175,12 @@ def render(
             template, labels=labels, selector=selector, pod_labels={**labels}, **shared
         )
 
-    objects.append(
-        daemonset("device-plugin/daemonset.yaml.j2", "nvidia-device-plugin", "device-plugin")
-    )
+    if config.dra:
+        objects.extend(_dra_driver(config))
+    else:
+        objects.append(
+            daemonset("device-plugin/daemonset.yaml.j2", "nvidia-device-plugin", "device-plugin")
+        )
     if config.sharing == "mps":
         objects.append(
             daemonset(
@@ -191,6 +197,61 @@ def render(
 
 
 GFD_NAME = "gpu-feature-discovery"
+
+# NVIDIA's DRA driver for GPUs (docs/dra.md): driver name and DeviceClasses from
+# NVIDIA/k8s-dra-driver-gpu v25.12.0 @0882da8720c28763137e0987778ec476ec4cf8df
+# (cmd/gpu-kubelet-plugin/main.go DriverName,
+# deployments/helm/nvidia-dra-driver-gpu/templates/deviceclass-*.yaml).
+DRA_DRIVER = "gpu.nvidia.com"
+DRA_NAME = "nvidia-dra-driver-gpu-kubelet-plugin"
+DRA_RBAC_NAME = "gpustack-nvidia-dra-driver-gpu-kubeletplugin"  # cluster-scoped: prefixed
+DRA_SERVICE_ACCOUNT = "nvidia-dra-driver-gpu-kubeletplugin"
+DRA_GPU_CLASS = "gpu.nvidia.com"
+DRA_MIG_CLASS = "mig.nvidia.com"
+DRA_HEALTHCHECK_PORT = 51516
+
+
+def _dra_driver(config: ClusterConfig) -> list[dict[str, Any]]:
+    """DeviceClasses, ServiceAccount, ClusterRole(+Binding) and the GPU kubelet plugin."""
+    labels, selector = _labels("nvidia-dra-driver-gpu", "kubelet-plugin")
+    classes = [
+        _render_template(
+            "dra-driver/deviceclass.yaml.j2",
+            name=name,
+            labels=dict(COMMON_LABELS),
+            driver=DRA_DRIVER,
+            device_type=device_type,
+            extended_resource=extended,
+        )
+        for name, device_type, extended in (
+            (DRA_GPU_CLASS, "gpu", "nvidia.com/gpu"),
+            (DRA_MIG_CLASS, "mig", None),
+        )
+    ]
+    common = {"config": config, "labels": labels}
+    rbac = [
+        _render_template("dra-driver/serviceaccount.yaml.j2", name=DRA_SERVICE_ACCOUNT, **common),
+        _render_template("dra-driver/clusterrole.yaml.j2", name=DRA_RBAC_NAME, **common),
+        _render_template(
+            "dra-driver/clusterrolebinding.yaml.j2",
+            name=DRA_RBAC_NAME,
+            service_account=DRA_SERVICE_ACCOUNT,
+            **common,
+        ),
+    ]
+    daemonset = _render_template(
+        "dra-driver/daemonset.yaml.j2",
+        name=DRA_NAME,
+        selector=selector,
+        pod_labels={**labels},
+        service_account=DRA_SERVICE_ACCOUNT,
+        tolerations=GPU_TOLERATIONS,
+        registrar_dir=config.kubelet_path("plugins_registry"),
+        plugins_dir=config.kubelet_path("plugins"),
+        healthcheck_port=DRA_HEALTHCHECK_PORT,
+        **common,
+    )
+    return [*classes, *rbac, daemonset]
 
 
 def _gfd(config: ClusterConfig, shared: dict[str, Any], nfd_api: bool) -> list[dict[str, Any]]:
@@ -285,6 +346,48 @@ def render_verify_pod(
     )
 
 
+def render_verify_claim_template(
+    config: ClusterConfig, *, name: str, device_class: str = DRA_GPU_CLASS
+) -> dict[str, Any]:
+    """The ResourceClaimTemplate DRA verification pods use: one device of `device_class`
+    (gpu.nvidia.com, or mig.nvidia.com on a node that publishes only MIG devices)."""
+    if len(name) > 253 or not _POD_NAME.match(name):
+        raise ValueError(f"{name!r} is not a valid object name")
+    return _render_template(
+        "verify/resourceclaimtemplate.yaml.j2",
+        config=config,
+        name=name,
+        labels={**COMMON_LABELS, VERIFY_LABEL: "true"},
+        device_class=device_class,
+    )
+
+
+def render_dra_verify_pod(
+    config: ClusterConfig, *, node_name: str, name: str, claim_template: str
+) -> dict[str, Any]:
+    """A pod that gets one GPU from a ResourceClaimTemplate and runs `nvidia-smi -L`.
+
+    Unlike the device plugin pod it is NOT bound with spec.nodeName: a pod that bypasses the
+    scheduler never gets its claim allocated (the scheduler allocates claims), so it is pinned
+    with required node affinity on metadata.name instead. No runtimeClassName: the DRA driver
+    injects the device through CDI, and the nvidia runtime would also honour the CUDA image's
+    NVIDIA_VISIBLE_DEVICES=all and show every GPU (as upstream's demo pods, which set none).
+    """
+    if len(name) > 253 or not _POD_NAME.match(name):
+        raise ValueError(f"{name!r} is not a valid pod name")
+    return _render_template(
+        "verify/dra-pod.yaml.j2",
+        config=config,
+        name=name,
+        node_name=node_name,
+        labels={**COMMON_LABELS, VERIFY_LABEL: "true", "gpustack.io/verify-kind": "nvidia-smi"},
+        tolerations=GPU_TOLERATIONS,
+        image=config.image("verify"),
+        command=["nvidia-smi", "-L"],
+        claim_template=claim_template,
+    )
+
+
 def node_labels(
     facts: dict[str, Any], existing: dict[str, str], config: ClusterConfig
 ) -> dict[str, str | None]:
@@ -294,8 +397,10 @@ def node_labels(
     A label the user set to "false" is never overwritten, and
     `nvidia.com/gpu.deploy.operands=false` keeps every operand off the node.
     GPU nodes get `gpu.present=true` and a `gpu.deploy.<operand>=true` for every enabled
-    operand (plus `nvidia.com/mps.capable=true` while MPS is on). Nodes without GPUs lose
-    the "true" labels gpustack would have set, so no GPU DaemonSet lands there.
+    operand (plus `nvidia.com/mps.capable=true` while MPS is on); `device-plugin` or
+    `dra-driver` by gpustack_k8s_gpu_allocation, and the other one's "true" is removed.
+    Nodes without GPUs lose the "true" labels gpustack would have set, so no GPU DaemonSet
+    lands there.
     """
     gpus = facts.get("gpus") or {}
     count = gpus.get("count", len(gpus.get("devices") or [])) if isinstance(gpus, dict) else 0
@@ -303,7 +408,8 @@ def node_labels(
     if count > 0:
         wanted[PRESENT_LABEL] = "true"
         enabled = {
-            "device-plugin": True,
+            "device-plugin": not config.dra,
+            "dra-driver": config.dra,
             "gpu-feature-discovery": config.gfd_enabled,
             "dcgm-exporter": config.dcgm_exporter_enabled,
         }
@@ -311,6 +417,10 @@ def node_labels(
             for operand in OPERANDS:
                 if enabled[operand]:
                     wanted[DEPLOY_LABEL.format(operand)] = "true"
+            # One GPU allocator per node: switching allocation takes the other's label off.
+            other = DEPLOY_LABEL.format("device-plugin" if config.dra else "dra-driver")
+            if existing.get(other) == "true":
+                wanted[other] = None
             if config.sharing == "mps":
                 wanted[MPS_CAPABLE_LABEL] = "true"
     else:
@@ -393,6 +503,9 @@ _KIND_RANK = {
     "ServiceAccount": 15,
     "Role": 16,
     "RoleBinding": 17,
+    "ClusterRole": 18,
+    "ClusterRoleBinding": 19,
+    "DeviceClass": 12,
     "ConfigMap": 20,
     "DaemonSet": 30,
     "Service": 40,

@@ -41,7 +41,7 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
 _HOST_PATH = re.compile(r"^(/[A-Za-z0-9._+@-]+)+$")
 
 # Images the manifests use, by the name `ClusterConfig.image()` takes.
-IMAGES = ("device_plugin", "gfd", "dcgm_exporter", "verify", "vector_add")
+IMAGES = ("device_plugin", "gfd", "dcgm_exporter", "verify", "vector_add", "dra_driver")
 
 
 def split_registry(repository: str) -> tuple[str | None, str]:
@@ -98,6 +98,11 @@ class ClusterConfig(BaseModel):
     image_pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent"
     image_pull_secrets: tuple[str, ...] = ()
     compat_with_cpu_manager: bool = False
+    # How GPUs reach pods: the device plugin (`nvidia.com/gpu` extended resources) or NVIDIA's
+    # DRA driver for GPUs (ResourceClaims; needs resource.k8s.io/v1, docs/dra.md).
+    gpu_allocation: Literal["device-plugin", "dra"] = "device-plugin"
+    dra_driver_image: str = "nvcr.io/nvidia/k8s-dra-driver-gpu"
+    dra_driver_tag: str = "v25.12.0"
 
     @field_validator("registry", "gfd_image", "gfd_tag", "vector_add_image", mode="before")
     @classmethod
@@ -173,7 +178,13 @@ class ClusterConfig(BaseModel):
             raise ValueError(f"{value!r} is not a registry (host[:port][/path], no scheme, no tag)")
         return value
 
-    @field_validator("device_plugin_image", "gfd_image", "dcgm_exporter_image", "verify_image")
+    @field_validator(
+        "device_plugin_image",
+        "gfd_image",
+        "dcgm_exporter_image",
+        "verify_image",
+        "dra_driver_image",
+    )
     @classmethod
     def _repository(cls, value: str | None) -> str | None:
         if value is not None and not _REPOSITORY.match(value):
@@ -183,7 +194,9 @@ class ClusterConfig(BaseModel):
             )
         return value
 
-    @field_validator("device_plugin_tag", "gfd_tag", "dcgm_exporter_tag", "verify_tag")
+    @field_validator(
+        "device_plugin_tag", "gfd_tag", "dcgm_exporter_tag", "verify_tag", "dra_driver_tag"
+    )
     @classmethod
     def _tag(cls, value: str | None) -> str | None:
         if value is not None and not (_TAG.match(value) or _DIGEST.match(value)):
@@ -216,6 +229,21 @@ class ClusterConfig(BaseModel):
                 f"{VAR_PREFIX}mps_replicas={self.mps_replicas} with "
                 f"{VAR_PREFIX}mig_strategy={self.mig_strategy}: MPS sharing does not work with MIG"
             )
+        if self.gpu_allocation == "dra":
+            shared = {"time_slicing_replicas": self.time_slicing_replicas,
+                      "mps_replicas": self.mps_replicas}  # fmt: skip
+            for field, value in shared.items():
+                if value > 1:
+                    raise ValueError(
+                        f"{VAR_PREFIX}{field}={value} with {VAR_PREFIX}gpu_allocation=dra: "
+                        "sharing replicas are a device plugin setting; the DRA driver shares "
+                        "GPUs through ResourceClaim configuration instead"
+                    )
+            if self.compat_with_cpu_manager:
+                raise ValueError(
+                    f"{VAR_PREFIX}compat_with_cpu_manager=true with {VAR_PREFIX}gpu_allocation"
+                    "=dra: it is a device plugin setting (the DRA driver injects devices via CDI)"
+                )
         return self
 
     # -- derived values -------------------------------------------------------------
@@ -229,6 +257,8 @@ class ClusterConfig(BaseModel):
             tag = self.gfd_tag or self.device_plugin_tag
         elif which == "dcgm_exporter":
             repository, tag = self.dcgm_exporter_image, self.dcgm_exporter_tag
+        elif which == "dra_driver":
+            repository, tag = self.dra_driver_image, self.dra_driver_tag
         elif which == "verify":
             repository, tag = self.verify_image, self.verify_tag
         elif which == "vector_add":
@@ -292,6 +322,11 @@ class ClusterConfig(BaseModel):
         return f"{self.kubelet_root_dir.rstrip('/')}/{name}"
 
     @property
+    def dra(self) -> bool:
+        """GPUs are allocated through NVIDIA's DRA driver (ResourceClaims), not the plugin."""
+        return self.gpu_allocation == "dra"
+
+    @property
     def capacity_predictable(self) -> bool:
         """Whether `gpus x gpus_per_device` is the node's expected capacity.
 
@@ -342,6 +377,7 @@ _HINTS = {
     "registry": "e.g. gpustack_k8s_registry=registry.example:5000/nvidia-mirror",
     "mig_strategy": "choose none, single or mixed",
     "gfd_mode": "choose auto, node-feature-api or feature-file",
+    "gpu_allocation": "choose device-plugin or dra (NVIDIA's DRA driver, Kubernetes >= 1.34)",
     "time_slicing_replicas": "1 turns time-slicing off; 2 or more shares each GPU",
     "mps_replicas": "1 turns MPS off; 2 to 48 shares each GPU through MPS",
     "vector_add_image": (
@@ -362,7 +398,9 @@ def _bad_input(exc: ValidationError, values: dict[str, Any]) -> BadInput:
     err = exc.errors()[0]
     message = str(err["msg"]).removeprefix("Value error, ")
     if not err["loc"]:  # a check across fields (model validator)
-        return BadInput(message, "set one of them back to its default (1 / none)")
+        return BadInput(
+            message, "set one of them back to its default (1, none, false, device-plugin)"
+        )
     field = str(err["loc"][0])
     shown = values.get(field, err.get("input"))
     message = message[0].lower() + message[1:] if message else message

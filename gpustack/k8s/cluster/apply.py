@@ -181,6 +181,39 @@ def wait_daemonsets(
 
 # ----------------------------------------------------------------------------- removal
 
+# The GPU allocators gpustack can deploy (gpustack_k8s_gpu_allocation); one runs at a time.
+ALLOCATOR_DAEMONSETS = ("nvidia-device-plugin", "nvidia-dra-driver-gpu-kubelet-plugin")
+
+
+def remove_other_allocator(
+    cluster: Cluster, namespace: str, objects: list[dict[str, Any]]
+) -> list[str]:
+    """Delete gpustack's DaemonSet of the GPU allocator that is not rendered any more.
+
+    Switching gpustack_k8s_gpu_allocation must not leave the device plugin and the DRA
+    kubelet plugin both handing out the same GPUs. Only a DaemonSet labelled managed-by
+    gpustack is deleted; returns what was deleted.
+    """
+    rendered = {o["metadata"]["name"] for o in objects if o["kind"] == "DaemonSet"}
+    removed = []
+    for name in ALLOCATOR_DAEMONSETS:
+        if name in rendered:
+            continue
+        path = f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}"
+        try:
+            ds = cluster.raw("GET", path)
+        except ApiException as exc:
+            if exc.status == 404:
+                continue
+            raise GpustackError(
+                f"cannot read DaemonSet {namespace}/{name}: {status_message(exc)}", api_hint(exc)
+            ) from None
+        if ((ds.get("metadata") or {}).get("labels") or {}).get(MANAGED_LABEL) != "gpustack":
+            continue
+        call(lambda p=path: cluster.raw("DELETE", p), f"delete DaemonSet {namespace}/{name}")
+        removed.append(f"DaemonSet {namespace}/{name}")
+    return removed
+
 
 def delete_managed(
     cluster: Cluster, objects: list[dict[str, Any]], namespace: str

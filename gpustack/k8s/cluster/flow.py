@@ -12,7 +12,7 @@ from typing import Any
 from gpustack.ansible.inventory import Inventory
 from gpustack.ansible.results import RunResult
 from gpustack.fleet.mig import derive_strategy
-from gpustack.k8s.cluster import apply, gfd, nodes
+from gpustack.k8s.cluster import apply, dra, gfd, nodes
 from gpustack.k8s.cluster.connect import Clock, Cluster, check_reachable, connect
 from gpustack.k8s.cluster.verify import NodeReport, Target, verify
 from gpustack.k8s.manifests import ClusterConfig, config_from_inventory, node_labels, render
@@ -41,6 +41,8 @@ def prepare(
     if cluster is None:
         return None
     version = check_reachable(cluster)
+    if config.dra:  # before any host or object is touched
+        dra.require_api(cluster, version)
     names = {h: nodes.node_name_for(h, inventory.hostvars.get(h) or {}) for h in inventory.hosts}
     return Session(cluster, config, version, names, inventory.hostvars,
                    mig_strategy_set=strategy_set(inventory, extravars))  # fmt: skip
@@ -80,6 +82,7 @@ class ClusterReport:
     nfd_api: bool = False  # NFD's NodeFeature API served (GFD's mode under gfd_mode=auto)
     gfd_mode: str = ""  # node-feature-api or feature-file, as rendered ("" with GFD off)
     mig_strategy: str = ""  # as deployed by install (derived from the layouts unless set)
+    removed: list[str] = field(default_factory=list)  # the other GPU allocator's DaemonSet
 
     @property
     def passed(self) -> bool:
@@ -92,6 +95,7 @@ class ClusterReport:
             "check_mode": self.check_mode,
             "applied": [{**asdict(a), "ref": a.ref} for a in self.applied],
             "labels": self.labels,
+            "removed": self.removed,
             "daemonsets": [asdict(d) for d in self.daemonsets],
             "gfd": {"mode": self.gfd_mode, "nfd_api": self.nfd_api},
             "mig_strategy": self.mig_strategy,
@@ -183,6 +187,7 @@ def install(
     report.applied = apply.apply_objects(cluster, objects, dry_run=check)
     if check:
         return report
+    report.removed = apply.remove_other_allocator(cluster, config.namespace, objects)
     _rollout_and_verify(session, report, objects, targets, labelled, clock)
     return report
 

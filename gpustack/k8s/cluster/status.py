@@ -12,11 +12,15 @@ import gc
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from gpustack.k8s.cluster import flow, gfd, nodes
+from gpustack.k8s.cluster import dra, flow, gfd, nodes
 
 UPGRADE_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
 DEVICE_PLUGIN_SELECTOR = (
     "app.kubernetes.io/name=nvidia-device-plugin,app.kubernetes.io/instance=gpustack"
+)
+# gpustack_k8s_gpu_allocation=dra: the DRA kubelet plugin's pods, GPUs from ResourceSlices
+DRA_PLUGIN_SELECTOR = (
+    "app.kubernetes.io/name=nvidia-dra-driver-gpu,app.kubernetes.io/instance=gpustack"
 )
 GPU_RESOURCE = "nvidia.com/gpu"
 PAGE = 500
@@ -41,10 +45,13 @@ def node_views(
     matches: dict[str, nodes.NodeMatch],
     plugin_pods: list[dict[str, Any]],
     nfd_api: bool | None = None,
+    published: dict[str, int] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Pure: per inventory host, what the cluster says about its node.
 
     `nfd_api` (None: GFD is off) words the note on a GFD node without GFD's labels.
+    `published` (DRA only): node -> GPUs its ResourceSlices publish, which then stand for
+    allocatable GPUs, and `plugin_pods` are the DRA kubelet plugin's.
     """
     pods_by_node: dict[str, list[dict[str, Any]]] = {}
     for pod in plugin_pods:
@@ -63,12 +70,14 @@ def node_views(
             "node": name,
             "ready": _ready(node),
             "cordoned": bool((node.get("spec") or {}).get("unschedulable")),
-            "allocatable_gpus": _gpus(node),
+            "allocatable_gpus": _gpus(node) if published is None else published.get(name, 0),
             "device_plugin_ready": (any(_ready(p) for p in pods) if pods else None),
             "device_plugin_pods": [p["metadata"]["name"] for p in pods],
             "upgrade_state": ((node["metadata"].get("labels") or {}).get(UPGRADE_STATE_LABEL)),
             "gfd_labels": gfd.has_gfd_labels(node),
         }
+        if published is not None:
+            views[host]["allocator"] = "dra"
         labels = node["metadata"].get("labels") or {}
         gfd_node = nfd_api is not None and labels.get(gfd.GFD_DEPLOY_LABEL) == "true"
         if gfd_node and not gfd.has_gfd_labels(node):
@@ -93,6 +102,7 @@ def _cyclic_gc_paused():
 def read_nodes(session: flow.Session) -> dict[str, dict[str, Any]]:
     """List nodes and device plugin pods (paginated) and map them to inventory hosts."""
     cluster = session.cluster
+    dra_mode = session.config.dra
     try:
         nfd_api = gfd.nfd_api_served(cluster) if session.config.gfd_enabled else None
         # The two lists are independent: one is decoded while the server answers the other.
@@ -102,11 +112,15 @@ def read_nodes(session: flow.Session) -> dict[str, dict[str, Any]]:
                 f"/api/v1/namespaces/{session.config.namespace}/pods",
                 "list the device plugin pods",
                 page=PAGE,
-                labelSelector=DEVICE_PLUGIN_SELECTOR,
+                labelSelector=DRA_PLUGIN_SELECTOR if dra_mode else DEVICE_PLUGIN_SELECTOR,
             )
             all_nodes = cluster.list_all("/api/v1/nodes", "list nodes", page=PAGE)
             pods = plugin_pods.result()
+            published = None
+            if dra_mode:
+                devices = dra.node_devices(cluster)
+                published = {n: len(dra.covered_gpus(d)) for n, d in devices.items()}
             matches = nodes.match_hosts(session.node_names, session.hostvars, all_nodes)
-            return node_views(matches, pods, nfd_api)
+            return node_views(matches, pods, nfd_api, published)
     finally:
         cluster.close()

@@ -14,6 +14,8 @@ Checks per node, in order (a failed check skips the later ones for that node):
   dcgm      optional (gpustack_k8s_dcgm_scrape): dcgm-exporter reports DCGM_FI_DEV_GPU_TEMP
             for each of the node's GPUs (through the API server's service proxy)
   gfd       GFD's labels on the node; skipped when NFD is not installed (gfd.py)
+With gpustack_k8s_gpu_allocation=dra, `capacity` and `pod` are dra.py's `devices` and `pod`
+(ResourceSlices, a ResourceClaimTemplate); vectoradd is not run there.
 Verification pods are deleted whatever happens (also on Ctrl-C).
 """
 
@@ -25,7 +27,7 @@ from typing import Any
 
 from gpustack.fleet import doctor
 from gpustack.fleet.mig import expected_resources, resource_drift
-from gpustack.k8s.cluster import gfd, gpu_resources, metrics
+from gpustack.k8s.cluster import dra, gfd, gpu_resources, metrics
 from gpustack.k8s.cluster.checks import FAILED, PASSED, SKIPPED, NodeReport
 from gpustack.k8s.cluster.connect import Clock, Cluster
 from gpustack.k8s.cluster.pods import POLL_SECONDS, pod_name, run_pods
@@ -158,8 +160,14 @@ def verify(
             if not ok:
                 continue
         candidates[target.host] = (report, gpus)
-    ready = _wait_capacity(cluster, config, targets, candidates, clock)
-    units = _verify_pods(cluster, config, reports, candidates, ready, clock)
+    if config.dra:  # NVIDIA's DRA driver: ResourceSlices and a claim instead (dra.py)
+        names = {t.host: t.node_name for t in targets if t.host in candidates}
+        ready = dra.wait_devices(cluster, config, names, candidates, clock)
+        _dra_pods(cluster, config, reports, candidates, ready, clock)
+        units: dict[str, str] = {}
+    else:
+        ready = _wait_capacity(cluster, config, targets, candidates, clock)
+        units = _verify_pods(cluster, config, reports, candidates, ready, clock)
     if config.vector_add_image and units:
         _vectoradd(cluster, config, reports, units, clock)
     passing = [reports[h] for h in ready if not reports[h].failed()]
@@ -273,6 +281,29 @@ def _verify_pods(cluster, config, reports, candidates, ready, clock) -> dict[str
             "pod", PASSED if ok else FAILED, message + (detail if ok else ""), outcome.seconds
         )
     return {h: u.resource for h, u in chosen.items() if not reports[h].failed()}
+
+
+def _dra_pods(cluster, config, reports, candidates, ready, clock) -> None:
+    """The `pod` check under DRA: exactly one GPU, the host's, one the node's slices publish."""
+    outcomes, classes = dra.run_verify_pods(cluster, config, reports, ready, clock)
+    for host, outcome in outcomes.items():
+        report = reports[host]
+        if outcome.phase != "Succeeded":
+            report.add("pod", FAILED, outcome.message, outcome.seconds)
+            continue
+        seen = smi_uuids(outcome.log)
+        ok, message = compare_uuids(candidates[host][1].uuids, seen)
+        if ok and seen[0] not in dra.published_uuids(ready[host]):
+            ok = False
+            message = (
+                f"nvidia-smi -L listed {seen[0]}, which the node's ResourceSlices of "
+                f"{dra.DRA_DRIVER} do not publish: the GPU did not come from the DRA driver"
+            )
+        elif ok:
+            message += (
+                f"; one of the devices {dra.DRA_DRIVER} publishes for the node ({classes[host]})"
+            )
+        report.add("pod", PASSED if ok else FAILED, message, outcome.seconds)
 
 
 def _vectoradd(cluster, config, reports, units: dict[str, str], clock) -> None:

@@ -17,7 +17,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from tests.cluster.emulator import strategies
+from tests.cluster.emulator import dra, strategies
 from tests.cluster.emulator.apply import Writer, dry
 from tests.cluster.emulator.errors import ApiError
 from tests.cluster.emulator.kinds import Kind, kind_of_crd
@@ -128,6 +128,9 @@ class ApiServer:
         if ns is not None:
             meta["namespace"] = ns
         strategies.prepare_for_create(kind, obj)
+        dra.validate_create(kind, obj)
+        if kind.kind == "Pod":
+            dra.validate_pod(obj)
         strategies.admit(self.store, kind, obj)
         self.store.new_meta(obj, ns)
         if dry_run:

@@ -15,6 +15,7 @@ from typing import Any
 
 import jsonpatch
 
+from tests.cluster.emulator.dra import validate_update
 from tests.cluster.emulator.errors import ApiError
 from tests.cluster.emulator.fields import deep_merge, delete_path, fields_v1, get_path, leaf_paths
 from tests.cluster.emulator.kinds import Kind
@@ -50,6 +51,7 @@ class Writer:
 
         if new == old:
             return old
+        validate_update(kind, old, new)
         if body(new) != body(old):
             new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
         if (
@@ -156,6 +158,7 @@ class Writer:
             if meta.get(part):
                 new["metadata"][part] = {**(new["metadata"].get(part) or {}), **meta[part]}
         if dry(params):
+            validate_update(kind, existing, new)
             return 200, new
         trial = copy.deepcopy(owners)
         self._take(trial, manager, paths, "Apply")
@@ -211,6 +214,7 @@ class Writer:
         new["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
         new["metadata"]["generation"] = existing["metadata"].get("generation", 1)
         if dry(params):
+            validate_update(kind, existing, new)
             return new
         self._update_owners(kind, ns, name, existing, new, params)
         return self.commit(kind, existing, new)

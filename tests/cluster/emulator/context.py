@@ -47,6 +47,7 @@ class Device:
     mig: str | None = None  # MIG device UUID
     profile: str | None = None  # MIG profile
     healthy: bool = True
+    cdi: bool = False  # prepared by a DRA driver and injected through CDI (not the runtime)
 
 
 @dataclass

@@ -51,6 +51,19 @@ API_CALLS: dict[str, list[tuple[str, str, str, bool]]] = {
     # internal/pkg/transformation/kubernetes.go@d5e5f510a1b6b393f39a43293ccd9dc985defc79: pod
     # informer for pod labels; without credentials or permission it logs and goes on
     "dcgm-exporter": [("list", "", "pods", False), ("watch", "", "pods", False)],
+    # NVIDIA/k8s-dra-driver-gpu v25.12.0 (@0882da8720c28763137e0987778ec476ec4cf8df):
+    # cmd/gpu-kubelet-plugin/driver.go starts k8s.io/dynamic-resource-allocation's
+    # kubeletplugin helper, which publishes ResourceSlices owned by the Node; cleanup.go reads
+    # ResourceClaims. Granted by deployments/helm/nvidia-dra-driver-gpu/templates/rbac-kubeletplugin.yaml.
+    "gpu-kubelet-plugin": [
+        ("get", "", "nodes", True),
+        ("list", "resource.k8s.io", "resourceslices", True),
+        ("create", "resource.k8s.io", "resourceslices", True),
+        ("update", "resource.k8s.io", "resourceslices", True),
+        ("delete", "resource.k8s.io", "resourceslices", True),
+        ("get", "resource.k8s.io", "resourceclaims", True),
+    ],
+    "dra-kubelet-plugin-prestart": [],
 }
 NODE_NAME_LABEL = "nfd.node.kubernetes.io/node-name"
 GFD_OUTPUT = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
@@ -350,6 +363,101 @@ class DcgmExporter(Profile):
         return Outcome.run(log + 'level=INFO msg="Starting webserver"\n')
 
 
+# ----------------------------------------------------------------------------- DRA driver
+
+
+class DraPrestart(Profile):
+    """kubelet-plugin-prestart.sh (init container): finds the driver under the driver root."""
+
+    name, operand = "dra-kubelet-plugin-prestart", True
+
+    def matches(self, container):
+        return (container.get("command") or [])[-1:] == ["/usr/bin/kubelet-plugin-prestart.sh"]
+
+    def start(self, ctx):
+        if ctx.host_path("/driver-root-parent") is None or not ctx.hw.driver:
+            return Outcome.exit(1, "nvidia-smi not found below NVIDIA_DRIVER_ROOT; is the "
+                                "NVIDIA driver installed and loaded on the host?\n")  # fmt: skip
+        return Outcome.exit(0, "found NVIDIA driver below the driver root\n")
+
+
+class DraKubeletPlugin(Profile):
+    """gpu-kubelet-plugin: NVML from the host driver through /driver-root, registration with
+    the kubelet through the plugins_registry hostPath (the socket paths it announces must be
+    the host's), then one ResourceSlice of driver gpu.nvidia.com with the node's GPUs, or its
+    MIG devices for GPUs in MIG mode (cmd/gpu-kubelet-plugin/nvlib.go, deviceinfo.go@0882da8...:
+    `gpu-<minor>` with attributes type=gpu, uuid, productName; MIG devices type=mig,
+    uuid, parentUUID, profile; the MIG names here are SIMULATED, upstream encodes profile id
+    and placement)."""
+
+    name, operand = "gpu-kubelet-plugin", True
+    DRIVER = "gpu.nvidia.com"
+
+    def matches(self, container):
+        return _command(container) == "gpu-kubelet-plugin"
+
+    def start(self, ctx):
+        if ctx.host_path("/driver-root") is None or not ctx.hw.driver:
+            return Outcome.exit(1, "E0101 main.go] error creating driver: failed to initialize "
+                                "NVML: ERROR_LIBRARY_NOT_FOUND\n")  # fmt: skip
+        for env in ("KUBELET_REGISTRAR_DIRECTORY_PATH", "KUBELET_PLUGINS_DIRECTORY_PATH"):
+            path = ctx.env(env) or ""
+            if not path or ctx.host_path(path) != path:
+                return Outcome.exit(1, f"E0101 main.go] {env}={path!r}: the kubelet cannot reach "
+                                    "the plugin's sockets (not the same host path)\n")  # fmt: skip
+        if not ctx.token_mounted():
+            return Outcome.exit(1, "E0101 main.go] create client: open "
+                                "/var/run/secrets/kubernetes.io/serviceaccount/token: no such file or directory\n")  # fmt: skip
+        for verb, group, resource, fatal in API_CALLS[self.name]:
+            code, message = ctx.api(verb, group, "v1", resource, None, None)
+            if fatal and code != 200:
+                return Outcome.exit(1, f"E0101 main.go] error starting plugin: {message}\n")
+        self.publish(ctx)
+        return Outcome.run("I0101 driver.go] Publishing resources\n")
+
+    def sync(self, ctx):
+        self.publish(ctx)
+
+    def stop(self, ctx):
+        ctx.cluster.dra.unregister(ctx.node, ctx.pod["metadata"]["uid"])
+
+    def publish(self, ctx) -> None:
+        from tests.cluster.emulator.dra import slice_for
+
+        cluster = ctx.cluster
+        if not cluster.dra.served():
+            return
+        devices = []
+        for minor, gpu in enumerate(ctx.hw.gpus):
+            if not gpu.healthy:
+                continue
+            if gpu.mig is not None:  # MIG mode: only its MIG devices (none: stranded, as upstream)
+                for j, (mig_uuid, profile) in enumerate(gpu.mig_devices()):
+                    devices.append({"name": f"gpu-{minor}-mig-{profile.replace('.', '')}-0-{j}",
+                                    "attributes": {"type": {"string": "mig"}, "uuid": {"string": mig_uuid},
+                                                   "parentUUID": {"string": gpu.uuid},
+                                                   "profile": {"string": profile},
+                                                   "productName": {"string": gpu.name}}})  # fmt: skip
+                continue
+            devices.append({"name": f"gpu-{minor}",
+                            "attributes": {"type": {"string": "gpu"}, "uuid": {"string": gpu.uuid},
+                                           "productName": {"string": gpu.name}},
+                            "capacity": {"memory": {"value": f"{gpu.memory_mib}Mi"}}})  # fmt: skip
+        node = cluster.node(ctx.node)
+        body = slice_for(node, self.DRIVER, devices)
+        kind = cluster.kind("resource.k8s.io/v1", "ResourceSlice")
+        existing = cluster.store.get(kind, None, body["metadata"]["name"])
+        if existing is None:
+            cluster.api.create(kind, None, body)
+        elif existing.get("spec") != body["spec"]:
+            import copy
+
+            new = copy.deepcopy(existing)
+            new["spec"] = body["spec"]
+            cluster.api.writer.commit(kind, existing, new)
+        cluster.dra.register(ctx.node, self.DRIVER, ctx.pod["metadata"]["uid"])
+
+
 # ----------------------------------------------------------------------------- verification
 
 
@@ -360,7 +468,7 @@ class NvidiaSmi(Profile):
         return _command(container) == "nvidia-smi"
 
     def start(self, ctx):
-        if ctx.runtime != "nvidia":
+        if ctx.runtime != "nvidia" and not any(d.cdi for d in ctx.devices):
             return Outcome.exit(127, 'exec: "nvidia-smi": executable file not found in $PATH\n')
         if not ctx.hw.driver:
             return Outcome.exit(9, "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\n")  # fmt: skip
@@ -368,11 +476,22 @@ class NvidiaSmi(Profile):
 
 
 def visible(ctx: RunContext) -> list[Device]:
-    """Devices the container sees: the allocated ones; without any, the CUDA image's
-    NVIDIA_VISIBLE_DEVICES=all makes every GPU visible (isolation is the device plugin's)."""
-    if ctx.devices:
-        return ctx.devices
-    return [Device(g.uuid, g.uuid) for g in ctx.hw.gpus]
+    """Devices the container sees. Under the nvidia runtime: the device plugin's; without any,
+    the CUDA image's NVIDIA_VISIBLE_DEVICES=all makes every GPU visible (isolation is the
+    device plugin's). Devices a DRA driver prepared come through CDI under any runtime, and the
+    nvidia runtime still adds what NVIDIA_VISIBLE_DEVICES=all asks for (the GPU claim's CDI
+    edits do not set it to void: cmd/gpu-kubelet-plugin/cdi.go@0882da8720c28763137e0987778ec476ec4cf8df)."""
+    cdi = [d for d in ctx.devices if d.cdi]
+    if ctx.runtime != "nvidia":
+        return cdi
+    plugin = [d for d in ctx.devices if not d.cdi]
+    legacy = plugin or [Device(g.uuid, g.uuid) for g in ctx.hw.gpus]
+    seen, out = set(), []
+    for device in cdi + legacy:
+        if (device.gpu, device.mig) not in seen:
+            seen.add((device.gpu, device.mig))
+            out.append(device)
+    return out
 
 
 def smi_listing(ctx: RunContext) -> str:
@@ -402,7 +521,8 @@ class VectorAdd(Profile):
 
 
 PROFILES: list[Profile] = [DevicePlugin(), MpsControlDaemon(), GpuFeatureDiscovery(),
-                           DcgmExporter(), NvidiaSmi(), VectorAdd()]  # fmt: skip
+                           DcgmExporter(), DraPrestart(), DraKubeletPlugin(), NvidiaSmi(),
+                           VectorAdd()]  # fmt: skip
 
 
 def profile_for(container: dict) -> Profile:

@@ -64,6 +64,15 @@ BUILTIN_KINDS = [
         ("status",),
     ),
 ]
+# Dynamic Resource Allocation, GA in Kubernetes 1.34 (served unless a test takes it away:
+# `ClusterEmulator.without_dra()`, an older cluster). Rules in dra.py.
+DRA_KINDS = [
+    Kind("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False),
+    Kind("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True, ("status",)),
+    Kind("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate", True),
+    Kind("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", False),
+]
+BUILTIN_KINDS += DRA_KINDS
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update"]
 
 # Custom resources a test can install (`ClusterEmulator.install_crd`).

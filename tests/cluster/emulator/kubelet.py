@@ -11,6 +11,8 @@ For every pod bound to a node (spec.nodeName), in the order a kubelet goes:
    the node (`NodeHardware.runtime_handlers`), else FailedCreatePodSandBox, pod Pending;
 3. volumes: ConfigMaps must exist, else FailedMount, pod Pending;
 4. images: `ClusterEmulator.unpullable` images give ErrImagePull, pod Pending;
+   then DRA (dra.py): the pod's ResourceClaims must be allocated and reserved for it and their
+   driver's kubelet plugin registered, else FailedPrepareDynamicResources, pod Pending;
 5. init containers, then containers, each by its image profile (images.py) or, for images that
    are not operands, by the test's `pod_policy` (SIMULATED workload behaviour).
 A container that exits under restartPolicy Always (or fails under OnFailure) crash-loops:
@@ -127,6 +129,10 @@ class Kubelets:
             for plugin in plugins:
                 if not self._running(plugin):
                     cluster.devices.unregister(node, plugin)
+        for node, drivers in list(cluster.dra.plugins.items()):
+            for plugin in set(drivers.values()):
+                if not self._running(plugin):
+                    cluster.dra.unregister(node, plugin)
         for node in cluster.store.items(cluster.kind("v1", "Node")):
             self._node_status(node)
 
@@ -155,7 +161,7 @@ class Kubelets:
                 self._reject(pod, *problem)
                 return
             run.admitted = True
-        blocked = self._blocked(pod, node)
+        blocked = self._blocked(pod, node) or self._prepare_claims(pod, node, run)
         if blocked:
             run.waiting = blocked[:2]
             self._event(pod, run, blocked[2], blocked[3], "Warning")
@@ -309,6 +315,18 @@ class Kubelets:
             if image in self.cluster.unpullable:
                 text = f'Failed to pull image "{image}": rpc error: code = NotFound desc = failed to pull and unpack image "{image}": not found'  # fmt: skip
                 return "ErrImagePull", text, "Failed", text
+        return None
+
+    def _prepare_claims(self, pod: dict, node: str, run: PodRun):
+        """The DRA manager's NodePrepareResources (dra.py), once per pod; blocked while it fails."""
+        if run.dra_done or not (pod.get("spec") or {}).get("resourceClaims"):
+            return None
+        error, devices = self.cluster.dra.prepare(pod, node)
+        if error:
+            return "ContainerCreating", "", "FailedPrepareDynamicResources", error
+        for container, got in devices.items():
+            run.devices.setdefault(container, []).extend(got)
+        run.dra_done = True
         return None
 
     # -- status --------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ class PodRun:
     admitted: bool = False
     devices: dict[str, list[Device]] = field(default_factory=dict)  # container -> devices
     init_done: bool = False
+    dra_done: bool = False  # ResourceClaims prepared (devices in `devices`)
     containers: dict[str, ContainerRun] = field(default_factory=dict)
     waiting: tuple[str, str] | None = None  # (reason, message) before containers start
     events: set[tuple[str, str]] = field(default_factory=set)
@@ -79,6 +80,8 @@ def pod_status(pod: dict, run: PodRun, phase: str | None = None) -> dict:
     disruption = [c for c in old.get("conditions") or [] if c.get("type") == "DisruptionTarget"]
     status = {"phase": phase, "conditions": conditions + disruption, "containerStatuses": statuses,
               "hostIP": "10.0.0.1", "startTime": old.get("startTime") or now()}  # fmt: skip
+    if old.get("resourceClaimStatuses"):  # written by the resourceclaim controller
+        status["resourceClaimStatuses"] = old["resourceClaimStatuses"]
     return status
 
 

@@ -3,7 +3,9 @@
 Filters as kube-scheduler's default plugins do, for what these tests use: NodeUnschedulable
 (cordon), TaintToleration (NoSchedule/NoExecute), NodeAffinity (nodeSelector and required
 nodeSelectorTerms), NodeResourcesFit for extended resources (allocatable minus what bound,
-non-terminal pods request). The first fitting node (by name) is chosen; no scoring, no
+non-terminal pods request), and DynamicResources (dra.py: a pod's ResourceClaims must be
+allocatable from the node's ResourceSlices; the claims are allocated and reserved when the pod
+is bound). Node affinity also understands matchFields on metadata.name. The first fitting node (by name) is chosen; no scoring, no
 preemption. An unschedulable pod gets PodScheduled=False/Unschedulable and a FailedScheduling
 event with the scheduler's "0/N nodes are available: ..." summary.
 """
@@ -42,9 +44,24 @@ def node_selected(pod_spec: dict, node: dict) -> bool:
     )
     if affinity:
         terms = affinity.get("nodeSelectorTerms") or []
-        return any(selector_matches({"matchExpressions": t.get("matchExpressions") or []}, labels)
-                   for t in terms)  # fmt: skip
+        return any(
+            selector_matches({"matchExpressions": t.get("matchExpressions") or []}, labels)
+            and all(_field_matches(f, node) for f in t.get("matchFields") or [])
+            for t in terms
+        )
     return True
+
+
+def _field_matches(requirement: dict, node: dict) -> bool:
+    """matchFields: only `metadata.name` is a supported field (core validation)."""
+    if requirement.get("key") != "metadata.name":
+        return False
+    name, values = node["metadata"]["name"], requirement.get("values") or []
+    if requirement.get("operator") == "In":
+        return name in values
+    if requirement.get("operator") == "NotIn":
+        return name not in values
+    return False
 
 
 class Scheduler:
@@ -60,11 +77,14 @@ class Scheduler:
                 continue
             if (pod.get("status") or {}).get("phase") not in (None, "Pending"):
                 continue
-            node, reasons = self._fit(pod)
+            node, reasons, plans = self._fit(pod)
             if node:
+                cluster.dra.allocate(pod, node, plans)  # PreBind: claims allocated, reserved
                 spec["nodeName"] = node
+                keep = {k: v for k, v in (pod.get("status") or {}).items()
+                        if k == "resourceClaimStatuses"}  # fmt: skip
                 pod["status"] = {"phase": "Pending", "conditions": [
-                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": now()}]}  # fmt: skip
+                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": now()}], **keep}  # fmt: skip
                 cluster.store.touch(pod)
                 continue
             total = len(cluster.store.items(cluster.kind("v1", "Node")))
@@ -83,10 +103,14 @@ class Scheduler:
             ]
             if not old or old[0].get("message") != message:
                 condition["lastTransitionTime"] = now()
-                cluster.store.set_status(pods, pod, {"phase": "Pending", "conditions": [condition]})
+                keep = {k: v for k, v in (pod.get("status") or {}).items()
+                        if k == "resourceClaimStatuses"}  # fmt: skip
+                cluster.store.set_status(
+                    pods, pod, {"phase": "Pending", "conditions": [condition], **keep}
+                )
                 cluster.event(pod, "FailedScheduling", message, "Warning", "default-scheduler")
 
-    def _fit(self, pod: dict) -> tuple[str | None, Counter]:
+    def _fit(self, pod: dict) -> tuple[str | None, Counter, list]:
         spec = pod.get("spec") or {}
         reasons: Counter = Counter()
         wanted = requests(pod)
@@ -118,5 +142,9 @@ class Scheduler:
             if short:
                 reasons[f"Insufficient {short}"] += 1
                 continue
-            return name, reasons
-        return None, reasons
+            fits, why, plans = self.cluster.dra.fit(pod, name)
+            if not fits:
+                reasons[why] += 1
+                continue
+            return name, reasons, plans
+        return None, reasons, []

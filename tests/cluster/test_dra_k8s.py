@@ -1,0 +1,454 @@
+"""gpustack_k8s_gpu_allocation=dra against the emulator: NVIDIA's DRA driver instead of the plugin.
+
+What this shows: gpustack renders and applies the DRA kubelet plugin, DeviceClasses and RBAC
+through the real client; the emulated plugin (SIMULATED, tests/cluster/emulator/images.py)
+publishes ResourceSlices; verification pods get their GPU through a ResourceClaimTemplate that
+the emulated scheduler allocates (tests/cluster/emulator/dra.py). Nothing here ran NVIDIA's DRA
+driver or a real kube-apiserver, scheduler or kubelet.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from gpustack.errors import BadInput
+from gpustack.k8s.cluster import flow
+from tests.cluster.emulator.errors import ApiError
+from tests.cluster.helpers import gpu_cluster, gpu_facts, inventory, run_result, verify_pods
+
+NS = "gpustack-system"
+DRA = {"gpustack_k8s_gpu_allocation": "dra"}
+RES = "resource.k8s.io/v1"
+
+
+def session_for(kubeconfig, hosts, extravars=None):
+    extravars = DRA if extravars is None else extravars
+    return flow.prepare(str(kubeconfig), inventory(kubeconfig.parent, hosts), extravars)
+
+
+def test_dra_install_publishes_devices_and_verifies_each_node_with_a_claim(
+    cluster, kubeconfig, clock
+):
+    emu = cluster.emulator
+    uuids = gpu_cluster(emu, {"gpu1": 2, "gpu2": 1})
+    facts = {"gpu1": gpu_facts("gpu1", 2), "gpu2": gpu_facts("gpu2", 1)}
+
+    report = flow.install(session_for(kubeconfig, ["gpu1", "gpu2"]), run_result(facts), clock=clock)
+
+    assert report.passed, report.to_dict()
+    for node in report.nodes:
+        assert [c.name for c in node.checks] == [
+            "node",
+            "gpus",
+            "operands",
+            "devices",
+            "pod",
+            "gfd",
+        ]
+        assert node.check("pod").status == "passed", node.check("pod").message
+        assert "one of the devices gpu.nvidia.com publishes" in node.check("pod").message
+    applied = {(a.kind, a.name) for a in report.applied}
+    assert ("DeviceClass", "gpu.nvidia.com") in applied
+    assert ("DaemonSet", "nvidia-dra-driver-gpu-kubelet-plugin") in applied
+    assert ("DaemonSet", "nvidia-device-plugin") not in applied
+    assert emu.get("apps/v1", "DaemonSet", "nvidia-device-plugin", NS) is None
+    # the emulated kubelet plugin published one slice per node, one device per GPU
+    slices = {s["spec"]["nodeName"]: s for s in emu.objects(RES, "ResourceSlice")}
+    assert sorted(slices) == ["gpu1", "gpu2"]
+    published = [d["attributes"]["uuid"]["string"] for d in slices["gpu1"]["spec"]["devices"]]
+    assert published == uuids["gpu1"]
+    labels = emu.get("v1", "Node", "gpu1")["metadata"]["labels"]
+    assert labels["nvidia.com/gpu.deploy.dra-driver"] == "true"
+    assert "nvidia.com/gpu.deploy.device-plugin" not in labels
+    # the pods went through the scheduler (no nodeName in what gpustack posted)
+    posted = emu.request_bodies("POST", f"/api/v1/namespaces/{NS}/pods")
+    assert len(posted) == 2 and all("nodeName" not in p["spec"] for p in posted)
+    assert all("runtimeClassName" not in p["spec"] for p in posted)
+    # cleaned up: pods, their generated claims (GC), the template
+    assert verify_pods(emu) == []
+    assert emu.objects(RES, "ResourceClaim", NS) == []
+    assert emu.objects(RES, "ResourceClaimTemplate", NS) == []
+    assert emu.count("POST", f"/apis/{RES}/namespaces/{NS}/resourceclaimtemplates") == 1
+
+
+def _store_snapshot(emu):
+    with emu.lock:
+        return copy.deepcopy(emu.store.objects), emu.store.rv
+
+
+def test_a_cluster_without_resource_k8s_io_v1_is_refused_before_anything_is_applied(
+    cluster, kubeconfig, clock
+):
+    emu = cluster.emulator
+    emu.without_dra()
+    gpu_cluster(emu, {"gpu1": 1})
+    before = _store_snapshot(emu)
+    writes_before = sum(emu.count(m) for m in ("POST", "PUT", "PATCH", "DELETE"))
+
+    with pytest.raises(BadInput) as caught:
+        session_for(kubeconfig, ["gpu1"])
+
+    assert "resource.k8s.io/v1" in caught.value.message
+    assert (
+        "does not serve" in caught.value.message and "nothing was applied" in caught.value.message
+    )
+    assert "1.34" in caught.value.hint and "device-plugin" in caught.value.hint
+    assert _store_snapshot(emu) == before
+    assert sum(emu.count(m) for m in ("POST", "PUT", "PATCH", "DELETE")) == writes_before
+
+
+def test_the_same_cluster_is_accepted_with_the_device_plugin(cluster, kubeconfig):
+    emu = cluster.emulator
+    emu.without_dra()
+    session = session_for(kubeconfig, ["gpu1"], extravars={})
+    assert session is not None and session.config.gpu_allocation == "device-plugin"
+
+
+def test_the_cli_refuses_dra_on_an_old_cluster_with_error_and_hint_and_no_change(
+    tmp_path, state_dir, cluster
+):
+    import sys
+
+    from tests.conftest import run_cli
+
+    emu = cluster.emulator
+    emu.without_dra()
+    emu.add_node("gpuhost")
+    kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig")
+    inv = tmp_path / "inventory.ini"
+    inv.write_text(
+        f"[gpu_nodes]\ngpuhost ansible_connection=local ansible_python_interpreter={sys.executable}\n"
+    )
+    before = _store_snapshot(emu)
+
+    result = run_cli(
+        "install", str(inv), "--kubeconfig", str(kubeconfig), "--tags", "gpu_preflight",
+        "-e", "gpustack_k8s_gpu_allocation=dra", timeout=300,
+    )  # fmt: skip
+
+    assert result.returncode == 2, result.stdout + result.stderr
+    output = result.stdout + result.stderr
+    errors = [line for line in output.splitlines() if line.startswith("Error:")]
+    hints = [line for line in output.splitlines() if line.startswith("Hint:")]
+    assert len(errors) == 1 and "resource.k8s.io/v1" in errors[0], output
+    assert len(hints) == 1 and "1.34" in hints[0]
+    assert "Traceback" not in output
+    assert _store_snapshot(emu) == before
+    assert not (state_dir / "runs").exists() or not list((state_dir / "runs").iterdir())
+
+
+def test_switching_back_to_the_device_plugin_removes_the_dra_kubelet_plugin(
+    cluster, kubeconfig, clock
+):
+    emu = cluster.emulator
+    gpu_cluster(emu, {"gpu1": 1})
+    facts = {"gpu1": gpu_facts("gpu1", 1)}
+    assert flow.install(session_for(kubeconfig, ["gpu1"]), run_result(facts), clock=clock).passed
+    assert emu.objects(RES, "ResourceSlice")
+
+    report = flow.install(session_for(kubeconfig, ["gpu1"], {}), run_result(facts), clock=clock)
+
+    assert report.passed, report.to_dict()
+    assert report.removed == [f"DaemonSet {NS}/nvidia-dra-driver-gpu-kubelet-plugin"]
+    assert emu.get("apps/v1", "DaemonSet", "nvidia-dra-driver-gpu-kubelet-plugin", NS) is None
+    labels = emu.get("v1", "Node", "gpu1")["metadata"]["labels"]
+    assert "nvidia.com/gpu.deploy.dra-driver" not in labels
+    assert labels["nvidia.com/gpu.deploy.device-plugin"] == "true"
+    # the plugin's pod went, so the kubelet dropped its ResourceSlice
+    assert emu.objects(RES, "ResourceSlice") == []
+    assert report.nodes[0].check("capacity").status == "passed"
+
+
+def test_a_node_whose_gpus_are_all_claimed_is_skipped_not_disturbed(cluster, kubeconfig, clock):
+    emu = cluster.emulator
+    gpu_cluster(emu, {"gpu1": 1})
+    facts = {"gpu1": gpu_facts("gpu1", 1)}
+    assert flow.install(session_for(kubeconfig, ["gpu1"]), run_result(facts), clock=clock).passed
+    _claim_template(emu, "one-gpu")
+    emu.create(_workload("train", "one-gpu"))  # keeps running: holds the node's only GPU
+    claims = emu.objects(RES, "ResourceClaim", "default")
+    assert len(claims) == 1 and claims[0]["status"]["allocation"]
+
+    report = flow.verify_cluster(session_for(kubeconfig, ["gpu1"]), run_result(facts), clock=clock)
+
+    pod = report.nodes[0].check("pod")
+    assert pod.status == "skipped", pod.message
+    assert f"default/{claims[0]['metadata']['name']}" in pod.message
+    assert emu.get("v1", "Pod", "train", "default")["status"]["phase"] == "Running"
+
+
+def test_a_node_without_the_dra_plugin_running_fails_the_devices_check(cluster, kubeconfig, clock):
+    emu = cluster.emulator
+    gpu_cluster(emu, {"gpu1": 1})
+    emu.hardware("gpu1").driver = None  # the driver is not loaded: the plugin cannot start
+    emu.hardware_changed()
+    facts = {"gpu1": gpu_facts("gpu1", 1)}
+
+    report = flow.install(session_for(kubeconfig, ["gpu1"]), run_result(facts), clock=clock)
+
+    assert not report.passed
+    operands = report.nodes[0].check("operands")
+    assert (
+        operands.status == "failed" and "nvidia-dra-driver-gpu-kubelet-plugin" in operands.message
+    )
+    assert emu.objects(RES, "ResourceSlice") == []
+
+
+# -- the emulator's resource.k8s.io/v1 is at least as strict as kube-apiserver where gpustack
+# -- relies on it (tests/cluster/emulator/dra.py cites the rules) ---------------------------
+
+
+def _claim_template(emu, name, request=None, namespace="default"):
+    request = request or {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}
+    return emu.create({
+        "apiVersion": RES, "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"spec": {"devices": {"requests": [request]}}},
+    })  # fmt: skip
+
+
+def _workload(name, template, node_name=None, runtime_class=None):
+    spec = {
+        "restartPolicy": "Never",
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
+        "containers": [{"name": "c", "image": "example/train:1",
+                        "resources": {"claims": [{"name": "gpu"}]}}],
+    }  # fmt: skip
+    if node_name:
+        spec["nodeName"] = node_name
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "default"}, "spec": spec}  # fmt: skip
+
+
+def _dra_installed(emu, kubeconfig, clock, gpus=1):
+    gpu_cluster(emu, {"gpu1": gpus})
+    facts = {"gpu1": gpu_facts("gpu1", gpus)}
+    assert flow.install(session_for(kubeconfig, ["gpu1"]), run_result(facts), clock=clock).passed
+
+
+@pytest.mark.parametrize(
+    ("request_", "message"),
+    [
+        ({"name": "gpu", "exactly": {}}, "exactly.deviceClassName: Required value"),
+        ({"name": "gpu"}, "exactly one of `exactly` or `firstAvailable` is required"),
+        (
+            {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"},
+             "firstAvailable": [{"name": "a", "deviceClassName": "gpu.nvidia.com"}]},
+            "but multiple fields are set",
+        ),
+        ({"name": "GPU", "exactly": {"deviceClassName": "gpu.nvidia.com"}}, "must be a DNS label"),
+        (
+            {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 0}},
+            "must be greater than zero",
+        ),
+        # the v1beta1 shape (deviceClassName directly on the request) is not v1
+        ({"name": "gpu", "deviceClassName": "gpu.nvidia.com"}, "is required"),
+    ],
+)  # fmt: skip
+def test_invalid_claim_templates_are_refused_with_422(cluster, request_, message):
+    with pytest.raises(ApiError) as caught:
+        _claim_template(cluster.emulator, "bad", request_)
+    assert caught.value.code == 422 and message in caught.value.message
+
+
+def test_claim_template_defaults_and_immutable_spec(cluster):
+    emu = cluster.emulator
+    created = _claim_template(emu, "one-gpu")
+    exact = created["spec"]["spec"]["devices"]["requests"][0]["exactly"]
+    assert (exact["allocationMode"], exact["count"]) == ("ExactCount", 1)
+    with pytest.raises(ApiError) as caught:
+        emu.merge_patch(RES, "ResourceClaimTemplate", "one-gpu",
+                        {"spec": {"spec": {"devices": {"requests": [
+                            {"name": "gpu", "exactly": {"deviceClassName": "mig.nvidia.com"}}]}}}},
+                        namespace="default")  # fmt: skip
+    assert caught.value.code == 422 and "field is immutable" in caught.value.message
+
+
+def test_resource_slices_need_one_node_scope_and_keep_their_node(cluster):
+    emu = cluster.emulator
+    emu.add_node("n1")
+    body = {"apiVersion": RES, "kind": "ResourceSlice", "metadata": {"name": "s1"},
+            "spec": {"driver": "gpu.nvidia.com", "pool": {"name": "n1", "generation": 1,
+                                                          "resourceSliceCount": 1}}}  # fmt: skip
+    with pytest.raises(ApiError) as caught:
+        emu.create(body)
+    assert "exactly one of `nodeName`" in caught.value.message
+    body["spec"]["nodeName"] = "n1"
+    emu.create(body)
+    with pytest.raises(ApiError) as caught:
+        emu.merge_patch(RES, "ResourceSlice", "s1", {"spec": {"nodeName": "n2"}})
+    assert "spec.nodeName: Invalid value: field is immutable" in caught.value.message
+
+
+def test_a_container_claim_must_name_one_of_the_pods_claims(cluster):
+    pod = _workload("p", "one-gpu")
+    pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "other"}]
+    with pytest.raises(ApiError) as caught:
+        cluster.emulator.create(pod)
+    assert caught.value.code == 422 and 'Not found: "other"' in caught.value.message
+
+
+def test_device_class_cel_outside_the_emulated_subset_is_refused(cluster):
+    with pytest.raises(ApiError) as caught:
+        cluster.emulator.create({
+            "apiVersion": RES, "kind": "DeviceClass", "metadata": {"name": "x"},
+            "spec": {"selectors": [{"cel": {"expression": "device.capacity['m'].memory > 1"}}]},
+        })  # fmt: skip
+    assert caught.value.code == 422 and "the emulator evaluates only" in caught.value.message
+
+
+def test_a_pod_bound_by_node_name_never_gets_its_claim(cluster, kubeconfig, clock):
+    emu = cluster.emulator
+    _dra_installed(emu, kubeconfig, clock)
+    _claim_template(emu, "one-gpu")
+
+    emu.create(_workload("pinned", "one-gpu", node_name="gpu1"))
+
+    pod = emu.get("v1", "Pod", "pinned", "default")
+    assert pod["status"]["phase"] == "Pending"
+    claim = emu.objects(RES, "ResourceClaim", "default")[0]
+    assert "allocation" not in (claim.get("status") or {})
+    events = [e for e in emu.objects("v1", "Event", "default")
+              if e["involvedObject"]["name"] == "pinned"]  # fmt: skip
+    assert any(e["reason"] == "FailedPrepareDynamicResources" and "not reserved" in e["message"]
+               for e in events)  # fmt: skip
+
+
+def test_claims_are_allocated_from_free_devices_only(cluster, kubeconfig, clock):
+    emu = cluster.emulator
+    _dra_installed(emu, kubeconfig, clock, gpus=1)
+    _claim_template(emu, "one-gpu")
+    emu.create(_workload("first", "one-gpu"))
+    emu.create(_workload("second", "one-gpu"))
+
+    first, second = (emu.get("v1", "Pod", n, "default") for n in ("first", "second"))
+    assert first["spec"]["nodeName"] == "gpu1" and first["status"]["phase"] == "Running"
+    assert "nodeName" not in second["spec"]
+    condition = second["status"]["conditions"][0]
+    assert condition["reason"] == "Unschedulable"
+    assert "cannot allocate all claims" in condition["message"]
+
+    emu.delete("v1", "Pod", "first", "default")
+    emu.tick()  # the kubelet finishes the graceful deletion; the claim goes with the pod (GC)
+    second = emu.get("v1", "Pod", "second", "default")
+    assert second["spec"].get("nodeName") == "gpu1", second["status"]
+
+
+def test_the_nvidia_runtime_exposes_every_gpu_to_a_dra_pod_with_a_cuda_image(
+    cluster, kubeconfig, clock
+):
+    """Why gpustack's DRA verification pod sets no runtimeClassName (SIMULATED model of the
+    nvidia runtime honouring NVIDIA_VISIBLE_DEVICES=all next to the claim's CDI devices)."""
+    from tests.cluster.emulator import PodFate  # noqa: F401  (workload policy not needed)
+
+    emu = cluster.emulator
+    _dra_installed(emu, kubeconfig, clock, gpus=2)
+    _claim_template(emu, "one-gpu")
+    for name, runtime in (("cdi-only", None), ("with-runtime", "nvidia")):
+        pod = _workload(name, "one-gpu", runtime_class=runtime)
+        pod["spec"]["containers"][0].update(
+            image="nvcr.io/nvidia/cuda:12", command=["nvidia-smi", "-L"]
+        )
+        emu.create(pod)
+    logs = {}
+    for name in ("cdi-only", "with-runtime"):
+        pod = emu.get("v1", "Pod", name, "default")
+        logs[name] = emu.kubelet.log(pod, None)
+    assert logs["cdi-only"].count("UUID: GPU-") == 1
+    assert logs["with-runtime"].count("UUID: GPU-") == 2
+
+
+def test_uninstall_removes_the_dra_objects_and_the_plugin_takes_its_slices_along(
+    cluster, kubeconfig, clock
+):
+    emu = cluster.emulator
+    _dra_installed(emu, kubeconfig, clock)
+    assert emu.objects(RES, "ResourceSlice")
+
+    result = flow.uninstall(session_for(kubeconfig, ["gpu1"]))
+
+    assert "DeviceClass gpu.nvidia.com" in result["deleted"]
+    assert "ClusterRole gpustack-nvidia-dra-driver-gpu-kubeletplugin" in result["deleted"]
+    emu.tick()  # the kubelet finishes the plugin pod's graceful deletion
+    assert emu.objects(RES, "DeviceClass") == []
+    assert emu.objects("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") == []
+    assert emu.objects(RES, "ResourceSlice") == []
+    labels = emu.get("v1", "Node", "gpu1")["metadata"]["labels"]
+    assert "nvidia.com/gpu.deploy.dra-driver" not in labels
+
+
+def test_check_mode_applies_nothing_but_validates_the_dra_objects(cluster, kubeconfig, clock):
+    emu = cluster.emulator
+    gpu_cluster(emu, {"gpu1": 1})
+    facts = {"gpu1": gpu_facts("gpu1", 1)}
+
+    report = flow.install(
+        session_for(kubeconfig, ["gpu1"]), run_result(facts), check=True, clock=clock
+    )
+
+    actions = {(a.kind, a.name): a.action for a in report.applied}
+    assert actions[("DeviceClass", "gpu.nvidia.com")] == "would create"
+    assert emu.objects(RES, "DeviceClass") == []
+    assert emu.objects("apps/v1", "DaemonSet") == []
+
+
+def test_an_all_mig_node_is_verified_with_a_mig_device(cluster, kubeconfig, clock):
+    """A GPU in MIG mode is published as its MIG devices; the pod asks mig.nvidia.com then."""
+    emu = cluster.emulator
+    gpu_cluster(emu, {"gpu1": 1}, mig={"gpu1": {0: ["3g.40gb", "3g.40gb"]}})
+    facts = {"gpu1": gpu_facts("gpu1", 1)}
+
+    report = flow.install(session_for(kubeconfig, ["gpu1"]), run_result(facts), clock=clock)
+
+    assert report.passed, report.to_dict()
+    node = report.nodes[0]
+    assert "2 mig" in node.check("devices").message
+    assert "(mig.nvidia.com)" in node.check("pod").message
+    templates = emu.request_bodies("POST", f"/apis/{RES}/namespaces/{NS}/resourceclaimtemplates")
+    classes = [t["spec"]["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"]
+               for t in templates]  # fmt: skip
+    assert classes == ["mig.nvidia.com"]
+
+
+def test_a_gpu_in_mig_mode_without_mig_devices_fails_the_devices_check(cluster, kubeconfig, clock):
+    emu = cluster.emulator
+    gpu_cluster(emu, {"gpu1": 2}, mig={"gpu1": {1: []}})  # GPU 1: MIG on, nothing configured
+    facts = {"gpu1": gpu_facts("gpu1", 2)}
+
+    report = flow.install(session_for(kubeconfig, ["gpu1"]), run_result(facts), clock=clock)
+
+    devices = report.nodes[0].check("devices")
+    assert devices.status == "failed", devices.message
+    assert "expected all 2 GPU(s)" in devices.message
+
+
+def test_status_reads_the_dra_plugin_and_resource_slices_not_the_device_plugin(
+    cluster, kubeconfig, clock
+):
+    from gpustack.fleet.status import kubernetes_drift
+    from gpustack.k8s.cluster import status as cluster_status
+
+    emu = cluster.emulator
+    _dra_installed(emu, kubeconfig, clock, gpus=2)
+
+    views = cluster_status.read_nodes(session_for(kubeconfig, ["gpu1"]))
+
+    view = views["gpu1"]
+    assert view["allocator"] == "dra" and view["allocatable_gpus"] == 2
+    assert view["device_plugin_ready"] is True
+    assert view["device_plugin_pods"][0].startswith("nvidia-dra-driver-gpu-kubelet-plugin-")
+    assert kubernetes_drift(2, view) == []
+    # the plugin stops (driver unloaded): its slice goes and status says so
+    emu.hardware("gpu1").driver = None
+    emu.delete("v1", "Pod", view["device_plugin_pods"][0], NS)
+    emu.tick()
+    view = cluster_status.read_nodes(session_for(kubeconfig, ["gpu1"]))["gpu1"]
+    assert kubernetes_drift(2, view) == [
+        "no GPU in the node's ResourceSlices (DRA driver gpu.nvidia.com)",
+        "DRA kubelet plugin pod not ready on the Kubernetes node",
+    ]
