@@ -101,3 +101,14 @@ def test_real_check_mode_run_of_the_runtime_role_is_summarised(tmp_path, state_d
     assert plan["install"] == plan["upgrade"] == plan["remove"] == []
     assert (config.read_bytes() if config.exists() else None) == before
     assert not Path("/etc/containerd/conf.d/99-nvidia.toml").exists()
+
+
+def test_a_hold_of_many_packages_in_one_call_is_planned_per_package():
+    tracker = RunTracker(["n1"])
+    tracker.handle({"event": "runner_on_ok", "event_data": {
+        "host": "n1", "task": "Hold", "role": "dpkg_ready", "resolved_action": "gpustack_dpkg_selections",
+        "res": {"changed": True, "items": [
+            {"item": "nvidia-smi", "before": "install", "after": "hold"},
+            {"item": "libcuda1", "before": "not present", "after": "hold"}]}}})  # fmt: skip
+    plan = summarize(tracker.hosts["n1"].changes)
+    assert plan.holds == ["nvidia-smi: install -> hold", "libcuda1: not present -> hold"]
