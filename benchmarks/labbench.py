@@ -4,10 +4,10 @@ The figures these benchmarks print are ratios against a baseline measured in the
 build machines are shared; absolute seconds are noisy).
 
 Importing this module gives the benchmark's labs an apt archive cache of their own
-(GPUSTACK_LAB_CACHE, unless set: ~/.cache/gpustack-bench, seeded with hard links to the packages
-of the shared lab cache): lab nodes take a lock on their cache around every apt-get (see
-gpustack/lab/images.py), and on a machine where other labs install packages a shared lock would
-time their apt runs, not this benchmark's.
+(GPUSTACK_LAB_CACHE, unless set: ~/.cache/$GPUSTACK_BENCH_CACHE_NAME, default gpustack-bench,
+seeded with hard links to the packages of the shared lab cache): lab nodes take a lock on their
+cache around every apt-get (see gpustack/lab/images.py), and on a machine where other labs
+install packages a shared lock would time their apt runs, not this benchmark's.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def _private_cache() -> None:
     if os.environ.get("GPUSTACK_LAB_CACHE"):
         return
     shared = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "gpustack"
-    own = shared.with_name("gpustack-bench")
+    own = shared.with_name(os.environ.get("GPUSTACK_BENCH_CACHE_NAME") or "gpustack-bench")
     for sub in ("apt-archives", "fixtures"):
         (own / sub).mkdir(parents=True, exist_ok=True)
     for deb in (shared / "apt-archives").glob("*.deb"):

@@ -19,6 +19,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+# Actions that run on the controller only (no round trip to the host).
+CONTROLLER_ACTIONS = {
+    f"ansible.builtin.{name}"
+    for name in ("set_fact", "assert", "debug", "fail", "include_tasks", "include_role",
+                 "import_tasks", "import_role", "include_vars", "validate_argument_spec", "meta")
+}  # fmt: skip
 HOST_EVENTS = {
     "runner_on_ok",
     "runner_on_failed",
@@ -38,9 +44,11 @@ class TaskTime:
     role: str
     first_start: float
     last_end: float
+    action: str = ""
     host_seconds: float = 0.0
     hosts: set[str] = field(default_factory=set)
     skipped: int = 0
+    remote_calls: int = 0  # runs on hosts that were not skipped and needed a round trip
 
     @property
     def wall(self) -> float:
@@ -75,12 +83,24 @@ def load(path: Path) -> tuple[list[TaskTime], float, float]:
         key = data.get("task_uuid") or data.get("task")
         task = tasks.get(key)
         if task is None:
-            task = tasks[key] = TaskTime(data.get("task", "?"), data.get("role", ""), start, end)
+            task = tasks[key] = TaskTime(
+                data.get("task", "?"),
+                data.get("role", ""),
+                start,
+                end,
+                action=data.get("task_action") or "",
+            )
         task.first_start = min(task.first_start, start)
         task.last_end = max(task.last_end, end)
         task.host_seconds += end - start
         task.hosts.add(data.get("host", "?"))
         task.skipped += event["event"] == "runner_on_skipped"
+        if (
+            event["event"] != "runner_on_skipped"
+            and data.get("task_action") not in CONTROLLER_ACTIONS
+        ):
+            loop = (data.get("res") or {}).get("results")  # a loop: a round trip per item
+            task.remote_calls += len(loop) if isinstance(loop, list) and loop else 1
     return list(tasks.values()), first or 0.0, last or 0.0
 
 
@@ -90,6 +110,13 @@ def report(path: Path, top: int) -> None:
     busy = _union([(t.first_start, t.last_end) for t in tasks])
     print(f"{path}: {len(tasks)} tasks, {total:.1f} s from first to last event")
     print(f"  time inside tasks (union of spans) {busy:.1f} s; between tasks {total - busy:.1f} s")
+    hosts = {h for t in tasks for h in t.hosts} or {"?"}
+    remote = sum(t.remote_calls for t in tasks)
+    apt = sum(t.remote_calls for t in tasks if t.action == "ansible.builtin.apt")
+    print(
+        f"  module calls on the hosts (round trips): {remote / len(hosts):.0f} per host, "
+        f"{apt / len(hosts):.0f} of them ansible.builtin.apt"
+    )
     print(f"  {'wall s':>7} {'host s':>7} {'hosts':>5}  task")
     for task in sorted(tasks, key=lambda t: t.wall, reverse=True)[:top]:
         role = f"{task.role} : " if task.role else ""
