@@ -77,6 +77,8 @@ def main() -> int:
     parser.add_argument("--parallel", type=int, default=4, help="upgrade: nodes at once")
     parser.add_argument("--keep", action="store_true", help="leave the lab up")
     parser.add_argument("--profile", action="store_true", help="print the top tasks")
+    parser.add_argument("--read-only", action="store_true",
+                        help="only ping, doctor and status (no install, no upgrade)")  # fmt: skip
     parser.add_argument("--lab", default=LAB, help=f"lab name (default {LAB})")
     args = parser.parse_args()
     lab, n = args.lab, args.nodes
@@ -99,6 +101,12 @@ def main() -> int:
         problems = lambda proc: proc.returncode == 3  # noqa: E731 - doctor: 3 is problems found
         doctor = [*cli, "doctor", str(inventory), *vars_]
         times["doctor"] = statistics.median(timed("doctor", doctor, env, args.repeat, problems))
+        if args.read_only:
+            times["status"] = statistics.median(
+                timed("status", [*cli, "status", str(inventory), *vars_], env, args.repeat, drift)
+            )
+            status = newest_run(state, "status")
+            return report(times, n, args.profile and [status])
         times["first install"] = timed("first install", [*cli, "install", str(inventory), *vars_],
                                        env)[0]  # fmt: skip
         first = newest_run(state, "site")
@@ -120,6 +128,10 @@ def main() -> int:
     finally:
         if not args.keep:
             labbench.lab_down(lab)
+    return report(times, n, args.profile and [first, noop, status])
+
+
+def report(times: dict[str, float], n: int, profile) -> int:
     floor = times["ansible -m ping"]
     print()
     print(f"machine: {platform.node()} {os.cpu_count()} CPUs, "
@@ -129,11 +141,12 @@ def main() -> int:
     for name, seconds in times.items():
         print(f"{name:<26} {seconds:8.1f} {seconds / floor:7.1f} {seconds / n:7.2f}")
     for name in ("no-op install", "status"):
+        if name not in times:
+            continue
         ratio = times[name] / floor
         print(f"target {name} <= 2x ping: {ratio:.1f} ({'met' if ratio <= 2 else 'MISSED'})")
-    if args.profile:
-        for path in (first, noop, status):
-            run_profile.report(path, 15)
+    for path in profile or []:
+        run_profile.report(path, 15)
     return 0
 
 
