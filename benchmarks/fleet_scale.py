@@ -79,6 +79,7 @@ def main() -> int:
     parser.add_argument("--profile", action="store_true", help="print the top tasks")
     parser.add_argument("--read-only", action="store_true",
                         help="only ping, doctor and status (no install, no upgrade)")  # fmt: skip
+    parser.add_argument("--no-upgrade", action="store_true", help="leave out the rolling upgrade")
     parser.add_argument("--lab", default=LAB, help=f"lab name (default {LAB})")
     args = parser.parse_args()
     lab, n = args.lab, args.nodes
@@ -118,6 +119,8 @@ def main() -> int:
             timed("status", [*cli, "status", str(inventory), *vars_], env, args.repeat, drift)
         )
         status = newest_run(state, "status")
+        if args.no_upgrade:
+            return report(times, n, args.profile and [first, noop, status])
         k = str(args.parallel)
         times[f"rolling upgrade (k={k})"] = timed(
             "upgrade",

@@ -44,8 +44,9 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             names=dict(type="list", elements="str", required=True),
-            selection=dict(type="str", required=True,
-                           choices=["install", "hold", "deinstall", "purge"]),
+            selection=dict(
+                type="str", required=True, choices=["install", "hold", "deinstall", "purge"]
+            ),
         ),
         supports_check_mode=True,
     )
