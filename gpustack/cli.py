@@ -61,6 +61,15 @@ Report = Annotated[
     str | None, typer.Option("--report", help="Write a JSON report to FILE.", metavar="FILE")
 ]
 Verbose = Annotated[int, typer.Option("--verbose", "-v", count=True, help="More detail.")]
+Forks = Annotated[
+    int | None,
+    typer.Option(
+        "--forks",
+        "-f",
+        min=1,
+        help="Hosts a playbook works on at once (ansible-playbook -f); default: all, up to 50.",
+    ),
+]
 Full = Annotated[
     bool,
     typer.Option("--full", help="Run the whole play on every host (no converged-host fast path)."),
@@ -87,6 +96,7 @@ COMMON_OPTIONS = {
     "output_": (Output, "text"),
     "report": (Report, None),
     "verbose": (Verbose, 0),
+    "forks": (Forks, None),
 }
 
 
@@ -115,7 +125,7 @@ def _opts(inventory, local=False, tags="", skip_tags="", kubeconfig=None, wait=F
     c = common or {}
     return commands.HostOptions(
         inventory_source(inventory, local), c["limit"], c["extra_vars"] or [], tags, skip_tags,
-        kubeconfig, c["output_"], c["report"], c["verbose"], wait,
+        kubeconfig, c["output_"], c["report"], c["verbose"], wait, c["forks"],
     )  # fmt: skip
 
 
@@ -270,7 +280,7 @@ def upgrade(
         canary_pause, yes, drain, pod_selector, wait_for_jobs_timeout, pod_deletion_timeout,
         force, drain_timeout, validation_timeout, max_failures, resume, retry_failed, dry_run,
         kubeconfig, common["limit"], common["extra_vars"], common["output_"], common["report"],
-        common["verbose"], wait,
+        common["verbose"], wait, common["forks"],
     )  # fmt: skip
     _exit(run_upgrade(options))
 

@@ -38,6 +38,7 @@ class HostOptions:
     report: str | None = None
     verbose: int = 0
     wait: bool = False  # commands that change hosts: wait for another run's host locks
+    forks: int | None = None  # ansible-playbook -f; None: one fork per host, 5 to 50
 
 
 class Invocation(NamedTuple):

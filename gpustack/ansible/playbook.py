@@ -23,6 +23,7 @@ def play(playbook: str, inventory, variables: dict, opts: HostOptions, title: st
         check=check,
         diff=diff,
         verbosity=opts.verbose,
+        forks=opts.forks,
     )
     with output.LiveProgress(title, opts.verbose) as progress:
         return runner.run_playbook(spec, on_update=progress.update)

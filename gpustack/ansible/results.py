@@ -191,6 +191,12 @@ def _details(res: dict[str, Any]) -> dict[str, Any]:
             for item in res["results"]
             if isinstance(item, dict) and item.get("changed")
         ]
+    elif isinstance(res.get("items"), list):  # one call for many (gpustack_dpkg_selections)
+        details["items"] = [
+            {k: item[k] for k in _DETAIL_KEYS if k in item and item[k] not in (None, "")}
+            for item in res["items"]
+            if isinstance(item, dict)
+        ]
     return details
 
 

@@ -42,10 +42,12 @@ class RunSpec:
     check: bool = False
     diff: bool = False
     verbosity: int = 0
+    requested_forks: int | None = None  # -f/--forks; None: the default below
 
     @property
     def forks(self) -> int:
-        return max(5, min(50, len(self.hosts)))
+        """-f/--forks as given, else one fork per host (at least Ansible's 5, at most 50)."""
+        return self.requested_forks or max(5, min(50, len(self.hosts)))
 
     def cmdline(self) -> str:
         flags = []
@@ -83,6 +85,7 @@ def build_run_spec(
     check=False,
     diff=False,
     verbosity=0,
+    forks=None,
 ) -> RunSpec:
     """Pure: the run for `playbook` over an already validated Inventory."""
     variables = {"gpustack_target": inventory.target_group, **(extravars or {})}
@@ -97,6 +100,7 @@ def build_run_spec(
         check=check,
         diff=diff,
         verbosity=verbosity,
+        requested_forks=forks,
     )
 
 

@@ -87,7 +87,7 @@ def summarize(changes: list[TaskChange]) -> HostPlan:
                 _add(plan.remove, value)
             if not (install or upgrade or remove):
                 _add(plan.other, label)  # e.g. a package list refresh, or dnf
-        elif action == "dpkg_selections":
+        elif action in ("dpkg_selections", "gpustack_dpkg_selections"):  # one package, or many
             for item in details.get("items") or [details]:
                 name = item.get("item") or item.get("name") or "?"
                 _add(plan.holds, f"{name}: {item.get('before', '?')} -> {item.get('after', '?')}")

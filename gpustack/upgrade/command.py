@@ -52,6 +52,7 @@ class UpgradeOptions:
     report: str | None = None
     verbose: int = 0
     wait: bool = False
+    forks: int | None = None  # refused: every playbook run of an upgrade has one host
 
 
 def _target(opts: UpgradeOptions, extravars: dict[str, Any]) -> Target:
@@ -89,6 +90,11 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None) -> int:
         check_writable(opts.report)
     if opts.retry_failed and not opts.resume:
         raise BadInput("--retry-failed only applies with --resume", "add --resume")
+    if opts.forks is not None:
+        raise BadInput(
+            "--forks does not apply to upgrade (each node is its own playbook run)",
+            "use --max-parallel to upgrade more nodes at once",
+        )
     extravars = user_extravars(opts.extra_vars)
     target = _target(opts, extravars)
     if opts.driver_version:

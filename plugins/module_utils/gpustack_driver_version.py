@@ -70,12 +70,15 @@ def nvrm_version(text: str | None) -> str:
     return match.group(1) if match else ""
 
 
-def madison_versions(text: str | None) -> list[str]:
-    """The versions in `apt-cache madison PKG` output ('pkg | version | source'), each once, in
-    apt's order (newest first); [] when the package lists offer none."""
+def madison_versions(text: str | None, package: str | None = None) -> list[str]:
+    """The versions in `apt-cache madison PKG...` output ('pkg | version | source'), each once, in
+    apt's order (newest first); [] when the package lists offer none. With `package`, only that
+    package's lines (one madison call may list several packages)."""
     versions: list[str] = []
     for line in (text or "").splitlines():
         parts = [p.strip() for p in line.split("|")]
+        if package and parts[0] != package:
+            continue
         if len(parts) >= 3 and parts[1] and parts[1] not in versions:
             versions.append(parts[1])
     return versions

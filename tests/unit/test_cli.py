@@ -36,6 +36,11 @@ def bad_cases(tmp_path, inv):
         (["install", str(inv), "--report", str(tmp_path)], "cannot write report"),
         (["install"], "Missing argument"),
         (["install", str(inv), "--bogus"], "No such option"),
+        (["status", str(inv), "--forks", "0"], "Invalid value for '--forks' / '-f'"),
+        (
+            ["upgrade", str(inv), "--driver-version", "535.261.03-1", "-f", "4"],
+            "--forks does not apply to upgrade",
+        ),
         (["lab", "up", "--os", "debian99"], "unknown --os 'debian99'"),
         (["install", str(inv), "-e", "nvidia_driver_version=latest"], "is not a package version"),
         (["install", str(inv), "-e", "nvidia_driver_branch=r580"], "is not a driver branch"),
@@ -105,8 +110,29 @@ def test_install_flags_mirror_ansible_playbook():
         "--output",
         "--report",
         "--verbose",
+        "--forks",
     ):
         assert flag in proc.stdout
+
+
+def _forks_of_last_run(state_dir) -> str:
+    command = json.loads(
+        next((runs_started(state_dir)[-1] / "artifacts").glob("*/command")).read_text()
+    )
+    args = command["command"]
+    return args[args.index("--forks") + 1]
+
+
+def test_forks_reach_ansible_playbook(tmp_path, state_dir):
+    """-f/--forks is ansible-playbook's --forks; without it one fork per host (5 at least)."""
+    inv = tmp_path / "local.ini"
+    inv.write_text(
+        "[gpu_nodes]\nlocal1 ansible_connection=local ansible_python_interpreter=/usr/bin/python3\n"
+    )
+    assert run_cli("doctor", str(inv), "-f", "3", "--output", "json").returncode == 0
+    assert _forks_of_last_run(state_dir) == "3"
+    assert run_cli("doctor", str(inv), "--output", "json").returncode == 0
+    assert _forks_of_last_run(state_dir) == "5"
 
 
 def test_local_doctor_install_and_report(tmp_path, state_dir):

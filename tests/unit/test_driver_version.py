@@ -112,3 +112,30 @@ def test_input_check_uses_the_same_branch_rule():
     check_extra_vars({"nvidia_driver_version": "3:570.172.08-1.el9", "nvidia_driver_branch": "570"})
     with pytest.raises(BadInput, match="is not on branch 57"):
         check_extra_vars({"nvidia_driver_version": "570.172.08-1", "nvidia_driver_branch": "57"})
+
+
+# `apt-cache madison nvidia-kernel-dkms linux-headers-… nvidia-persistenced nvidia-modprobe
+# nvidia-settings nvidia-xconfig` on a bookworm lab node (non-free enabled), as the driver role
+# runs it: one call for the driver, the kernel headers (none here) and the companions.
+MADISON_MANY = (
+    "nvidia-kernel-dkms | 535.309.01-0+deb12u1 | http://deb.debian.org/debian-security bookworm-security/non-free amd64 Packages\n"
+    "nvidia-kernel-dkms | 535.261.03-1 | http://deb.debian.org/debian bookworm/non-free amd64 Packages\n"
+    "nvidia-persistenced | 535.171.04-1~deb12u1 | http://deb.debian.org/debian bookworm/contrib amd64 Packages\n"
+    "nvidia-modprobe | 535.309.01-0+deb12u1 | http://deb.debian.org/debian-security bookworm-security/contrib amd64 Packages\n"
+    "nvidia-modprobe | 535.161.07-1~deb12u1 | http://deb.debian.org/debian bookworm/contrib amd64 Packages\n"
+)  # fmt: skip
+
+
+def test_madison_of_several_packages_is_read_per_package():
+    from gpustack.driver_version import madison_versions
+
+    assert madison_versions(MADISON_MANY, "nvidia-kernel-dkms") == [
+        "535.309.01-0+deb12u1",
+        "535.261.03-1",
+    ]
+    assert madison_versions(MADISON_MANY, "nvidia-modprobe") == [
+        "535.309.01-0+deb12u1",
+        "535.161.07-1~deb12u1",
+    ]
+    assert madison_versions(MADISON_MANY, "linux-headers-6.18.44-fc-v595") == []
+    assert madison_versions("  nvidia-smi | 1.0-1 | src\n", "nvidia-smi") == ["1.0-1"]  # padded

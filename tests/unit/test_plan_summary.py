@@ -112,3 +112,14 @@ def test_mig_layout_changes_are_their_own_section():
     plan = summarize(tracker.hosts["n1"].changes)
     assert plan.mig == ["all-balanced: would change: GPU 0: create 2 x 1g.10gb"]
     assert plan.other == [] and not plan.empty()
+
+
+def test_a_hold_of_many_packages_in_one_call_is_planned_per_package():
+    tracker = RunTracker(["n1"])
+    tracker.handle({"event": "runner_on_ok", "event_data": {
+        "host": "n1", "task": "Hold", "role": "dpkg_ready", "resolved_action": "gpustack_dpkg_selections",
+        "res": {"changed": True, "items": [
+            {"item": "nvidia-smi", "before": "install", "after": "hold"},
+            {"item": "libcuda1", "before": "not present", "after": "hold"}]}}})  # fmt: skip
+    plan = summarize(tracker.hosts["n1"].changes)
+    assert plan.holds == ["nvidia-smi: install -> hold", "libcuda1: not present -> hold"]

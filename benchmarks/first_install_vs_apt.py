@@ -1,0 +1,127 @@
+"""Benchmark: a first `gpustack install` on 2 fresh lab nodes vs. the apt floor on 2 others.
+
+Brings up 4 fresh Debian 12 lab nodes (lab `i18f-fi` unless --lab), each prepared as the lab
+tests prepare them (Debian's containerd as the user's runtime, the stand-in toolkit repository
+and busybox image of tests/fixtures/lab_fixtures.py). Then:
+
+1. `gpustack install` on nodes 1-2 (the distro driver, the stand-in toolkit, containerd wired),
+   timed from the command line to its exit;
+2. the apt floor on nodes 3-4, both at once over SSH: enable the same sources gpustack enabled
+   (contrib, non-free, non-free-firmware on the three bookworm suites; the toolkit repository
+   with its key), `apt-get update`, and one `apt-get install --no-install-recommends` of exactly
+   the packages gpustack's run added on node 1, at the same versions;
+
+and prints both times and the ratio (target <= 1.3), with the top tasks of gpustack's run from
+ansible-runner's job events (benchmarks/run_profile.py). The apt cache is shared by all lab nodes
+(as `gpustack lab up` sets it): the packages the floor installs were fetched by gpustack's run
+(whose time includes any download; the benchmark says how many packages it fetched). --rounds N
+repeats on fresh nodes and prints the median. The lab is torn down at the end (--keep leaves it).
+
+    python benchmarks/first_install_vs_apt.py [--rounds 1] [--keep] [--lab NAME] [--top 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks import labbench, run_profile
+from gpustack.lab.images import apt_cache_dir
+from tests.fixtures import lab_fixtures
+
+LAB = "i18f-fi"
+INSTALLED = (
+    "dpkg-query -W -f='${Package}=${Version} ${db:Status-Abbrev}\\n' | awk '$2 ~ /^ii/ {print $1}'"
+)
+# The sources gpustack enables, by hand: the archive components of the distro driver source and
+# the toolkit repository (signed, key from the same file).
+FLOOR = """set -e
+export DEBIAN_FRONTEND=noninteractive
+sed -i 's/^Components: main$/Components: main contrib non-free non-free-firmware/' \
+  /etc/apt/sources.list.d/debian.sources
+gpg --dearmor < {repo}/gpgkey > /usr/share/keyrings/floor-toolkit.gpg
+echo "deb [signed-by=/usr/share/keyrings/floor-toolkit.gpg] \
+file:{repo}/stable/deb/$(dpkg --print-architecture) /" > /etc/apt/sources.list.d/floor-toolkit.list
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends {packages} >/dev/null
+"""
+
+
+def installed(ssh: list[str]) -> set[str]:
+    _, proc = labbench.run([*ssh, INSTALLED])
+    labbench.must(proc, "dpkg-query")
+    return set(proc.stdout.split())
+
+
+def one_round(lab: str, top: int) -> tuple[float, float, int, int]:
+    """(gpustack seconds, floor seconds, packages added, packages fetched)."""
+    inventory = Path(f"/tmp/gpustack-{lab}.ini")
+    state = Path(tempfile.mkdtemp(prefix=f"gpustack-{lab}-state-"))
+    labbench.lab_down(lab)  # fresh nodes every round
+    labbench.lab_up(lab, 4, inventory)
+    containers = labbench.containers(lab, 4)
+    varsfile = lab_fixtures.prepare(containers, inventory.with_suffix(".vars.json"))
+    ssh = labbench.inventory_ssh(inventory)
+    hosts = sorted(ssh)
+    ours, floor_hosts = hosts[:2], hosts[2:]
+    before = installed(ssh[ours[0]])
+    cached = set(apt_cache_dir().glob("*.deb"))
+    seconds, proc = labbench.run(
+        [*labbench.GPUSTACK, "install", str(inventory), "-l", ",".join(ours), "-e", f"@{varsfile}",
+         "--output", "json"], env={"GPUSTACK_STATE_DIR": str(state)},
+    )  # fmt: skip
+    labbench.must(proc, "gpustack install")
+    fetched = len(set(apt_cache_dir().glob("*.deb")) - cached)
+    doc = json.loads(proc.stdout)
+    changed = doc["summary"]["changed"]
+    print(f"gpustack install on {', '.join(ours)}: {seconds:.1f} s "
+          f"(changed {changed}, packages fetched into the cache: {fetched})")  # fmt: skip
+    added = sorted(installed(ssh[ours[0]]) - before)
+    script = FLOOR.format(repo=lab_fixtures.REPO_IN_NODE, packages=" ".join(added))
+    floor_s, procs = labbench.on_hosts(ssh, floor_hosts, script)
+    for host, done in procs.items():
+        labbench.must(done, f"apt floor on {host}")
+    floor_added = sorted(installed(ssh[floor_hosts[0]]) - before)
+    differs = sorted(set(floor_added) ^ set(added))
+    same = "the same set" if not differs else f"{len(floor_added)}, differing in {differs}"
+    print(f"apt floor on {', '.join(floor_hosts)}: {floor_s:.1f} s "
+          f"({len(added)} packages; floor node added {same})")  # fmt: skip
+    for run_dir in sorted((state / "runs").iterdir()):
+        run_profile.report(run_dir, top)
+    return seconds, floor_s, len(added), fetched
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--keep", action="store_true", help="leave the lab up")
+    parser.add_argument("--lab", default=LAB, help=f"lab name (default {LAB})")
+    parser.add_argument("--top", type=int, default=15, help="tasks of the profile to print")
+    args = parser.parse_args()
+    ours, floors = [], []
+    try:
+        for index in range(args.rounds):
+            print(f"round {index + 1}/{args.rounds}")
+            seconds, floor_s, _, _ = one_round(args.lab, args.top)
+            ours.append(seconds)
+            floors.append(floor_s)
+    finally:
+        if not args.keep:
+            labbench.lab_down(args.lab)
+    install_s, floor_s = statistics.median(ours), statistics.median(floors)
+    ratio = install_s / floor_s
+    print(f"first install: median {install_s:.1f} s ({', '.join(f'{s:.1f}' for s in ours)})")
+    print(f"apt floor:     median {floor_s:.1f} s ({', '.join(f'{s:.1f}' for s in floors)})")
+    print(f"ratio first install / apt floor: {ratio:.2f} "
+          f"(target <= 1.3: {'met' if ratio <= 1.3 else 'MISSED'})")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,87 @@
+"""gpustack_dpkg_selections (roles/dpkg_ready): several packages' selections in one call.
+
+Runs the module as a script against a TEST DOUBLE of dpkg (a state file: `name selection` per
+line; unknown packages are reported and ignored as dpkg does). On lab nodes the module runs
+against the real dpkg (tests/lab/test_driver.py: holds after install).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+MODULE = ROOT / "roles/dpkg_ready/library/gpustack_dpkg_selections.py"
+FAKE_DPKG = r"""#!/bin/sh
+# TEST DOUBLE (gpustack unit tests): dpkg --get-selections / --set-selections over a file.
+state="$FAKE_DPKG_STATE"
+case "$1" in
+--get-selections)
+  shift
+  for p in "$@"; do
+    grep -E "^$p[[:space:]]" "$state" || echo "dpkg: no packages found matching $p" >&2
+  done ;;
+--set-selections)
+  echo "$(date +%s%N)" >> "$state.calls"
+  while read -r name sel; do
+    if grep -qE "^$name[[:space:]]" "$state"; then
+      sed -i "s/^$name[[:space:]].*/$name\t$sel/" "$state"
+    else
+      echo "dpkg: warning: package not in status nor available database: $name" >&2
+    fi
+  done ;;
+*) exit 2 ;;
+esac
+"""
+
+
+def run(tmp_path, names, selection, check=False) -> dict:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "dpkg").write_text(FAKE_DPKG)
+    (bin_dir / "dpkg").chmod(0o755)
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {
+        "names": names, "selection": selection, "_ansible_check_mode": check}}))  # fmt: skip
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+           "FAKE_DPKG_STATE": str(tmp_path / "selections")}  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "tests.unit.host_modules", str(MODULE), str(args)],
+                          capture_output=True, text=True, cwd=ROOT, env=env)  # fmt: skip
+    return json.loads(proc.stdout)
+
+
+def selections(tmp_path) -> dict[str, str]:
+    lines = (tmp_path / "selections").read_text().splitlines()
+    return dict(line.split() for line in lines)
+
+
+def test_holds_every_package_in_one_dpkg_call_and_is_idempotent(tmp_path):
+    (tmp_path / "selections").write_text(
+        "nvidia-smi\tinstall\nlibcuda1\thold\nnvidia-kernel-dkms\tinstall\n"
+    )
+    result = run(tmp_path, ["nvidia-kernel-dkms", "nvidia-smi", "libcuda1"], "hold")
+    assert result["changed"] is True
+    assert result["items"] == [
+        {"item": "nvidia-kernel-dkms", "before": "install", "after": "hold"},
+        {"item": "nvidia-smi", "before": "install", "after": "hold"},
+    ]
+    assert set(selections(tmp_path).values()) == {"hold"}
+    assert len((tmp_path / "selections.calls").read_text().splitlines()) == 1
+    again = run(tmp_path, ["nvidia-kernel-dkms", "nvidia-smi", "libcuda1"], "hold")
+    assert again["changed"] is False and again["items"] == []
+    assert len((tmp_path / "selections.calls").read_text().splitlines()) == 1  # no second write
+
+
+def test_check_mode_reports_the_change_and_makes_none(tmp_path):
+    (tmp_path / "selections").write_text("nvidia-smi\thold\n")
+    result = run(tmp_path, ["nvidia-smi", "nvidia-persistenced"], "install", check=True)
+    assert result["changed"] is True
+    assert result["items"] == [
+        {"item": "nvidia-smi", "before": "hold", "after": "install"},
+        {"item": "nvidia-persistenced", "before": "not present", "after": "install"},
+    ]
+    assert selections(tmp_path) == {"nvidia-smi": "hold"}
+    assert not (tmp_path / "selections.calls").exists()
