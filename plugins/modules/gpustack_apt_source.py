@@ -20,7 +20,7 @@ description:
     file is restored from the record and the module fails with apt's own reason and a hint.
   - The record stays until I(state=commit) (the caller found what it needed in the source) or
     I(state=rollback) (the caller failed later; restores it). A record left by an interrupted
-    run means "changed, not proved": the next I(state=present) refreshes and proves the source
+    run means "changed, not proved"; the next I(state=present) refreshes and proves the source
     again even when the files are already as wanted, and keeps the older record as "before".
   - Old C(gpustack-<name>.sources.*~) backups (earlier gpustack versions kept them, with any
     credentials of the URL in them) are removed with the change.

@@ -148,3 +148,23 @@ def test_mig_boot_applier_source_resolves_from_the_role():
     for item in task["loop"]:
         path = src.replace("{{ role_path }}", str(ROOT / "roles/nvidia_mig"))
         assert Path(path.replace("{{ item }}", item)).resolve().is_file(), item
+
+
+def test_every_module_documents_itself_in_valid_yaml():
+    """ansible-doc and ansible-lint read DOCUMENTATION/EXAMPLES/RETURN as YAML; a ': ' in a plain
+    scalar once made gpustack_apt_source's unreadable."""
+    import ast
+
+    import yaml
+
+    for path in sorted((ROOT / "plugins/modules").glob("*.py")):
+        docs = {
+            node.targets[0].id: node.value.value
+            for node in ast.parse(path.read_text()).body
+            if isinstance(node, ast.Assign)
+            and getattr(node.targets[0], "id", "") in ("DOCUMENTATION", "EXAMPLES", "RETURN")
+        }
+        assert "DOCUMENTATION" in docs, path.name
+        for text in docs.values():
+            yaml.safe_load(text)  # raises on invalid YAML
+        assert yaml.safe_load(docs["DOCUMENTATION"])["module"] == path.stem, path.name
