@@ -138,6 +138,18 @@ def _selects(ds: dict[str, Any], labels: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in (spec.get("nodeSelector") or {}).items())
 
 
+def get_daemonset(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
+    """The DaemonSet as the API server has it; None when it does not exist."""
+    try:
+        return cluster.raw("GET", f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}")
+    except ApiException as exc:
+        if exc.status != 404:
+            raise GpustackError(
+                f"cannot read DaemonSet {namespace}/{name}: {status_message(exc)}", api_hint(exc)
+            ) from None
+        return None
+
+
 def wait_daemonsets(
     cluster: Cluster,
     namespace: str,
@@ -155,15 +167,8 @@ def wait_daemonsets(
     while True:
         results, missing = [], False
         for name in names:
-            path = f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}"
-            try:
-                ds = cluster.raw("GET", path)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise GpustackError(
-                        f"cannot read DaemonSet {namespace}/{name}: {status_message(exc)}",
-                        api_hint(exc),
-                    ) from None
+            ds = get_daemonset(cluster, namespace, name)
+            if ds is None:
                 missing = True
                 message = "not found: run `gpustack install INVENTORY --kubeconfig K` first"
                 results.append(RolloutResult(name, False, message, []))

@@ -21,11 +21,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
-from gpustack.errors import GpustackError
 from gpustack.fleet.mig import CONFIG_LABEL, STATE_LABEL, resource_drift
-from gpustack.k8s.cluster.connect import api_hint, status_message
+from gpustack.k8s.cluster.apply import get_daemonset
 from gpustack.k8s.cluster.upgrade import KubernetesBackend
 from gpustack.upgrade.backend import StepFailed, StepOptions
 from gpustack.upgrade.executors import Clock
@@ -168,16 +165,7 @@ class MigKubernetesBackend:
 
 def deployed_strategy(cluster, namespace: str) -> str | None:
     """MIG_STRATEGY of gpustack's device plugin DaemonSet as deployed (None: not deployed)."""
-    path = f"/apis/apps/v1/namespaces/{namespace}/daemonsets/nvidia-device-plugin"
-    try:
-        ds = cluster.raw("GET", path)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise GpustackError(
-                f"cannot read DaemonSet {namespace}/nvidia-device-plugin: {status_message(exc)}",
-                api_hint(exc),
-            ) from None
-        ds = None
+    ds = get_daemonset(cluster, namespace, "nvidia-device-plugin")
     if ds is None:
         return None
     containers = ((ds.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers")
