@@ -1,4 +1,4 @@
-"""gpustack_dpkg_selections (roles/dpkg_ready): several packages' selections in one call.
+"""gpustack_dpkg_selections (plugins/modules, used by roles/dpkg_ready): several packages' selections in one call.
 
 Runs the module as a script against a TEST DOUBLE of dpkg (a state file: `name selection` per
 line; unknown packages are reported and ignored as dpkg does). On lab nodes the module runs
@@ -14,7 +14,7 @@ import sys
 
 from tests.conftest import ROOT
 
-MODULE = ROOT / "roles/dpkg_ready/library/gpustack_dpkg_selections.py"
+MODULE = ROOT / "plugins/modules/gpustack_dpkg_selections.py"
 FAKE_DPKG = r"""#!/bin/sh
 # TEST DOUBLE (gpustack unit tests): dpkg --get-selections / --set-selections over a file.
 state="$FAKE_DPKG_STATE"
