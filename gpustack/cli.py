@@ -74,6 +74,11 @@ Full = Annotated[
     bool,
     typer.Option("--full", help="Run the whole play on every host (no converged-host fast path)."),
 ]
+# Options of the commands that evict GPU pods (upgrade, mig).
+Force = Annotated[bool, typer.Option("--force", help="Also evict GPU pods no controller manages.")]
+PodDeletionTimeout = Annotated[
+    float, typer.Option("--pod-deletion-timeout", min=1, help="Seconds to evict GPU pods.")
+]
 Wait = Annotated[
     bool,
     typer.Option(
@@ -244,12 +249,8 @@ def upgrade(
     wait_for_jobs_timeout: Annotated[
         float, typer.Option("--wait-for-jobs-timeout", min=0, help="Seconds; 0: no limit.")
     ] = 0,
-    pod_deletion_timeout: Annotated[
-        float, typer.Option("--pod-deletion-timeout", min=1, help="Seconds to evict GPU pods.")
-    ] = 300,
-    force: Annotated[
-        bool, typer.Option("--force", help="Also evict GPU pods no controller manages.")
-    ] = False,
+    pod_deletion_timeout: PodDeletionTimeout = 300,
+    force: Force = False,
     drain_timeout: Annotated[
         float, typer.Option("--drain-timeout", min=1, help="Seconds to drain a node.")
     ] = 300,
@@ -291,12 +292,8 @@ def mig(
     reboot: Annotated[
         bool, typer.Option("--reboot", help="Reboot a node whose MIG mode change needs it.")
     ] = False,
-    force: Annotated[
-        bool, typer.Option("--force", help="Also evict GPU pods no controller manages.")
-    ] = False,
-    pod_deletion_timeout: Annotated[
-        float, typer.Option("--pod-deletion-timeout", min=1, help="Seconds to evict GPU pods.")
-    ] = 300,
+    force: Force = False,
+    pod_deletion_timeout: PodDeletionTimeout = 300,
     validation_timeout: Annotated[
         float, typer.Option("--validation-timeout", min=1, help="Seconds for the new resources.")
     ] = 600,
