@@ -205,3 +205,30 @@ def test_cri_dockerd_facts_from_its_binary(monkeypatch, tmp_path):
         "serves_kubelet": False,
         "runtime_handlers": None,
     }
+
+
+@pytest.mark.parametrize("installed", [True, False])
+def test_kernel_headers_asks_apt_only_when_they_are_missing(monkeypatch, installed):
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        return 0, "linux-headers-6.1.0-28-amd64:\n  Installed: (none)\n  Candidate: 6.1.119-1\n", ""
+
+    monkeypatch.setattr(mod, "run", run)
+    monkeypatch.setattr(mod, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(mod.glob, "glob", lambda pattern: ["/var/lib/apt/lists/x_Packages"])
+    monkeypatch.setattr(mod.os.path, "isdir", lambda path: installed or "build" not in path)
+    found = mod.kernel_headers("6.1.0-28-amd64", "Debian")
+    assert found["installed"] is installed
+    assert found["available"] is True
+    assert found["package"] == "linux-headers-6.1.0-28-amd64"
+    assert calls == ([] if installed else [["apt-cache", "policy", "linux-headers-6.1.0-28-amd64"]])
+
+
+def test_kernel_headers_missing_and_not_in_the_package_lists(monkeypatch):
+    monkeypatch.setattr(mod, "run", lambda argv: (0, "N: Unable to locate package x\n", ""))
+    monkeypatch.setattr(mod, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(mod.glob, "glob", lambda pattern: ["/var/lib/apt/lists/x_Packages"])
+    monkeypatch.setattr(mod.os.path, "isdir", lambda path: False)
+    assert mod.kernel_headers("6.18.44-fc", "Debian")["available"] is False
