@@ -207,8 +207,15 @@ def test_cri_dockerd_facts_from_its_binary(monkeypatch, tmp_path):
     }
 
 
+@pytest.fixture
+def apt_lists(monkeypatch):
+    """apt-cache on PATH and package lists present: the probe may ask apt about the headers."""
+    monkeypatch.setattr(mod, "which", lambda name: "/usr/bin/" + name)
+    monkeypatch.setattr(mod.glob, "glob", lambda pattern: ["/var/lib/apt/lists/x_Packages"])
+
+
 @pytest.mark.parametrize("installed", [True, False])
-def test_kernel_headers_asks_apt_only_when_they_are_missing(monkeypatch, installed):
+def test_kernel_headers_asks_apt_only_when_they_are_missing(monkeypatch, apt_lists, installed):
     calls = []
 
     def run(argv):
@@ -216,8 +223,6 @@ def test_kernel_headers_asks_apt_only_when_they_are_missing(monkeypatch, install
         return 0, "linux-headers-6.1.0-28-amd64:\n  Installed: (none)\n  Candidate: 6.1.119-1\n", ""
 
     monkeypatch.setattr(mod, "run", run)
-    monkeypatch.setattr(mod, "which", lambda name: "/usr/bin/" + name)
-    monkeypatch.setattr(mod.glob, "glob", lambda pattern: ["/var/lib/apt/lists/x_Packages"])
     monkeypatch.setattr(mod.os.path, "isdir", lambda path: installed or "build" not in path)
     found = mod.kernel_headers("6.1.0-28-amd64", "Debian")
     assert found["installed"] is installed
@@ -226,9 +231,7 @@ def test_kernel_headers_asks_apt_only_when_they_are_missing(monkeypatch, install
     assert calls == ([] if installed else [["apt-cache", "policy", "linux-headers-6.1.0-28-amd64"]])
 
 
-def test_kernel_headers_missing_and_not_in_the_package_lists(monkeypatch):
+def test_kernel_headers_missing_and_not_in_the_package_lists(monkeypatch, apt_lists):
     monkeypatch.setattr(mod, "run", lambda argv: (0, "N: Unable to locate package x\n", ""))
-    monkeypatch.setattr(mod, "which", lambda name: "/usr/bin/" + name)
-    monkeypatch.setattr(mod.glob, "glob", lambda pattern: ["/var/lib/apt/lists/x_Packages"])
     monkeypatch.setattr(mod.os.path, "isdir", lambda path: False)
     assert mod.kernel_headers("6.18.44-fc", "Debian")["available"] is False
