@@ -156,6 +156,13 @@ def first_version(text):
     return match.group(1) if match else None
 
 
+_DUMPS = {}
+
+
 def containerd_dump(config):
-    """(rc, stdout, stderr) of `containerd config dump` for a configuration file."""
-    return run(["containerd", "--config", config, "config", "dump"])
+    """(rc, stdout, stderr) of `containerd config dump` for a configuration file, asked once per
+    module run (the stamps, the wiring and the loaded-state checks all read it; a module that
+    writes the configuration does so before it reads)."""
+    if config not in _DUMPS:
+        _DUMPS[config] = run(["containerd", "--config", config, "config", "dump"])
+    return _DUMPS[config]

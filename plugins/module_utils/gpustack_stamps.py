@@ -86,14 +86,17 @@ def runtime_state(runtime):
     }
 
 
-def madison(package):
-    rc, out, _ = run(["apt-cache", "madison", package])
-    versions = []
+def madison(names):
+    """{package: versions the sources offer, newest first} from one `apt-cache madison` call
+    (apt-cache loads the whole package cache once per call; each line names its package)."""
+    names = sorted(set(names))
+    rc, out, _ = run(["apt-cache", "madison"] + names) if names else (1, "", "")
+    found = dict((name, []) for name in names)
     for line in out.splitlines() if rc == 0 else []:
         parts = [p.strip() for p in line.split("|")]
-        if len(parts) >= 3 and parts[1] and parts[1] not in versions:
-            versions.append(parts[1])
-    return versions
+        if len(parts) >= 3 and parts[1] and parts[0] in found and parts[1] not in found[parts[0]]:
+            found[parts[0]].append(parts[1])
+    return found
 
 
 def apt_lists_age(paths):
@@ -105,15 +108,18 @@ def apt_lists_age(paths):
     return None
 
 
-def observe(stamp):
-    """What the host shows now for everything a stamp recorded."""
+def observe(stamp, installed, units):
+    """What the host shows now for everything a stamp recorded; `installed` ({package: version})
+    and `units` (service_states) are read once for all stamps."""
     runtime = stamp.get("runtime") or {}
+    names = sorted(stamp.get("packages") or {})
+    services = sorted(stamp.get("services") or {})
     return {
         "files": checksums(
             stamp.get("files") or {}, stamp.get("globs") or [], stamp.get("exclude") or []
         ),
-        "packages": package_versions(sorted(stamp.get("packages") or {})),
-        "services": service_states(sorted(stamp.get("services") or {})),
+        "packages": dict((name, installed.get(name)) for name in names),
+        "services": dict((unit, units[unit]) for unit in services),
         "runtime": runtime_state(runtime.get("spec")),
     }
 
@@ -181,7 +187,7 @@ def probe(params):
     """Every stamp under params["dir"] (default DIR), re-checked on the host:
     {stamps, apt_lists_age}."""
     held = set(holds())
-    stamps = {}
+    stamps, readable = {}, {}
     for path in sorted(glob.glob(os.path.join(params.get("dir") or DIR, "*.json"))):
         role = os.path.basename(path)[: -len(".json")]
         try:
@@ -193,14 +199,30 @@ def probe(params):
         if stamp.get("schema") != SCHEMA:
             stamps[role] = {"stamp": {}, "problems": ["stamp schema %r" % stamp.get("schema")]}
             continue
+        readable[role] = stamp
+    # One dpkg-query and one systemctl call for every stamp's packages and units.
+    installed = package_versions(
+        sorted(set(n for stamp in readable.values() for n in stamp.get("packages") or {}))
+    )
+    units = service_states(
+        sorted(set(u for stamp in readable.values() for u in stamp.get("services") or {}))
+    )
+    asks = {}  # role -> the package whose offered versions decide "newest available"
+    for role, stamp in readable.items():
         entry = {
             "stamp": dict(
                 (k, stamp.get(k)) for k in ("content", "inputs", "facts", "resolve", "published")
             ),
-            "problems": problems(stamp, observe(stamp), held),
+            "problems": problems(stamp, observe(stamp, installed, units), held),
         }
         package = (stamp.get("resolve") or {}).get("package")
         if package and not (stamp.get("resolve") or {}).get("version_input"):
-            entry["available"] = madison(package)
+            asks[role] = package
         stamps[role] = entry
-    return {"stamps": stamps, "apt_lists_age": apt_lists_age(params.get("apt_lists") or [])}
+    offered = madison(asks.values())
+    for role, package in asks.items():
+        stamps[role]["available"] = offered[package]
+    return {
+        "stamps": dict(sorted(stamps.items())),
+        "apt_lists_age": apt_lists_age(params.get("apt_lists") or []),
+    }

@@ -22,6 +22,9 @@ description:
   - Section loaded - on a containerd host, the runtime handlers the running containerd loaded
     against those of its files, and gpustack's restart-pending marker; fact
     C(gpustack_runtime_loaded) (the check C(gpustack_containerd_loaded) makes during install).
+  - Section headers - whether the package sources offer the running kernel's missing headers
+    (C(kernel_headers.available); C(apt-cache policy) loads the whole package cache, so only
+    doctor asks; without it C(available) is null unless the headers are installed).
   - Paths come from the role's vars (roles/gpu_preflight/vars/main.yml). Changes nothing (no
     package list refresh, no restart); supports check mode.
 options:
@@ -29,7 +32,7 @@ options:
     description: Sections beyond preflight.
     type: list
     elements: str
-    choices: [status, converged, loaded]
+    choices: [status, converged, loaded, headers]
     default: []
   runtimes:
     description: Per runtime kind (k3s, rke2, crio, containerd, docker) - config, service.
@@ -223,14 +226,16 @@ def loaded_modules():
     return names
 
 
-def kernel_headers(kernel, family):
+def kernel_headers(kernel, family, ask=True):
     package = ("kernel-devel-" if family == "RedHat" else "linux-headers-") + kernel
     installed = os.path.isdir("/lib/modules/%s/build" % kernel)
     available = True if installed else None
     # Installed headers answer the question: apt-cache loads the whole package cache (about a
-    # quarter of this module's time on a lab node), so it is asked only when they are missing.
+    # quarter of this module's time on a lab node), so it is asked only when they are missing,
+    # and only where the answer is used (section headers: doctor).
     if (
-        not installed
+        ask
+        and not installed
         and family == "Debian"
         and which("apt-cache")
         and glob.glob("/var/lib/apt/lists/*_Packages*")
@@ -344,7 +349,8 @@ def primary_runtime(found, kubelet_cri=None):
 
 
 def preflight(params):
-    """Section preflight (always): fact gpustack_preflight."""
+    """Section preflight (always): fact gpustack_preflight; section headers asks apt whether
+    missing kernel headers are offered."""
     osinfo = os_release()
     kernel = platform.release()
     modules = loaded_modules()
@@ -360,7 +366,7 @@ def preflight(params):
         "secure_boot": secure_boot(),
         "nouveau_loaded": "nouveau" in modules,
         "nvidia_module_loaded": "nvidia" in modules,
-        "kernel_headers": kernel_headers(kernel, osinfo["family"]),
+        "kernel_headers": kernel_headers(kernel, osinfo["family"], "headers" in params["sections"]),
         "driver": {
             "installed": installed_driver(osinfo["family"]),
             "loaded_version": loaded_driver(),
@@ -423,12 +429,14 @@ def runtime_wiring(kind, spec, where):
 def status(params, kind):
     """Section status: fact gpustack_status - what the host roles left (pins, holds, wiring)."""
     spec = params["status"]
+    # One dpkg-query: DRIVER_PACKAGES' patterns match the toolkit's packages too.
+    nvidia = packages(DRIVER_PACKAGES)
     driver_pkgs = dict(
         (k, v)
-        for k, v in packages(DRIVER_PACKAGES).items()
+        for k, v in nvidia.items()
         if not k.startswith(("nvidia-container", "libnvidia-container"))
     )
-    toolkit_pkgs = packages(TOOLKIT_PACKAGES)
+    toolkit_pkgs = dict((k, nvidia[k]) for k in TOOLKIT_PACKAGES if k in nvidia)
     held = holds()
     driver_pin = read(spec["driver_pin"])
     toolkit_pin = read(spec["toolkit_pin"])
@@ -454,7 +462,10 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             sections=dict(
-                type="list", elements="str", default=[], choices=["status", "converged", "loaded"]
+                type="list",
+                elements="str",
+                default=[],
+                choices=["status", "converged", "loaded", "headers"],
             ),
             runtimes=dict(type="dict", required=True),
             rke2_bin=dict(type="path", required=True),

@@ -275,6 +275,59 @@ def test_probe_reads_stamps_and_files(tmp_path):
     assert found["nvidia_driver"]["problems"] == [f"file {managed} changed"]
 
 
+def test_probe_asks_dpkg_systemctl_and_apt_once_for_all_stamps(tmp_path, monkeypatch):
+    """Every stamp's packages, units and offered versions come from one call each (each call
+    is a process on the node; apt-cache loads the whole package cache)."""
+    host = utils("gpustack_host")
+    calls = []
+    replies = {
+        "dpkg-query": f"nvidia-smi {OLD} hi\nnvidia-container-toolkit {TK_OLD} hi\n",
+        "systemctl": "Id=containerd.service\nUnitFileState=enabled\nActiveState=active\n\n"
+        "Id=nvidia-persistenced.service\nUnitFileState=enabled\nActiveState=inactive\n",
+        "apt-cache": f" nvidia-driver | {NEW} | deb.debian.org bookworm-updates/non-free\n"
+        f" nvidia-driver | {OLD} | deb.debian.org bookworm/non-free\n"
+        f" nvidia-container-toolkit | {TK_NEW} | file:/srv/repo\n",
+        "apt-mark": "nvidia-smi\nnvidia-container-toolkit\n",
+    }
+
+    def run(argv):
+        calls.append(argv)
+        return 0, replies.get(argv[0], ""), ""
+
+    monkeypatch.setattr(host, "run", run)
+    monkeypatch.setattr(module, "run", run)
+    monkeypatch.setattr(host, "which", lambda name: f"/usr/bin/{name}")
+    (tmp_path / "converged").mkdir()
+    stamps = {
+        "nvidia_driver": {
+            "packages": {"nvidia-smi": OLD},
+            "holds": ["nvidia-smi"],
+            "services": {"nvidia-persistenced.service": {"enabled": "enabled", "active": "active"}},
+            "resolve": {"kind": "driver", "package": "nvidia-driver"},
+        },
+        "nvidia_container_toolkit": {
+            "packages": {"nvidia-container-toolkit": TK_OLD},
+            "holds": ["nvidia-container-toolkit"],
+            "services": {"containerd.service": {"enabled": "enabled", "active": "active"}},
+            "resolve": {"kind": "toolkit", "package": "nvidia-container-toolkit"},
+        },
+    }
+    for role, stamp in stamps.items():
+        stamp.update(schema=1, content="x", files={})
+        (tmp_path / f"converged/{role}.json").write_text(json.dumps(stamp))
+    found = module.probe({"dir": str(tmp_path / "converged")})["stamps"]
+    assert sorted(argv[0] for argv in calls) == ["apt-cache", "apt-mark", "dpkg-query", "systemctl"]
+    assert [argv for argv in calls if argv[0] == "apt-cache"] == [
+        ["apt-cache", "madison", "nvidia-container-toolkit", "nvidia-driver"]
+    ]
+    assert found["nvidia_driver"]["available"] == [NEW, OLD]
+    assert found["nvidia_container_toolkit"]["available"] == [TK_NEW]
+    assert found["nvidia_container_toolkit"]["problems"] == []
+    assert found["nvidia_driver"]["problems"] == [
+        "service nvidia-persistenced.service active 'inactive', recorded 'active'"
+    ]
+
+
 # --- install's merge of skipped and fully run hosts ---
 
 

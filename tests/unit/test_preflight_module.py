@@ -231,6 +231,16 @@ def test_kernel_headers_asks_apt_only_when_they_are_missing(monkeypatch, apt_lis
     assert calls == ([] if installed else [["apt-cache", "policy", "linux-headers-6.1.0-28-amd64"]])
 
 
+def test_kernel_headers_are_asked_of_apt_only_with_section_headers(monkeypatch, apt_lists):
+    """install, status and the converged check do not use `available`: no apt-cache there."""
+    calls = []
+    monkeypatch.setattr(mod, "run", lambda argv: calls.append(argv) or (0, "", ""))
+    monkeypatch.setattr(mod.os.path, "isdir", lambda path: False)
+    found = mod.kernel_headers("6.18.44-fc", "Debian", ask=False)
+    assert found["available"] is None and found["installed"] is False
+    assert calls == []
+
+
 def test_kernel_headers_missing_and_not_in_the_package_lists(monkeypatch, apt_lists):
     monkeypatch.setattr(mod, "run", lambda argv: (0, "N: Unable to locate package x\n", ""))
     monkeypatch.setattr(mod.os.path, "isdir", lambda path: False)
