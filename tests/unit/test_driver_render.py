@@ -104,3 +104,35 @@ def test_el_mirror_credentials_go_to_a_0600_repo_file(tmp_path):
     assert "baseurl=https://mirror.corp/cuda/rhel9/x86_64\n" in files["repo.repo"]
     assert "username=robot\npassword=ElPW\n" in files["repo.repo"]
     assert derived["repo_mode"] == "0600"
+
+
+def test_companions_already_at_the_drivers_release_need_no_apt_call(tmp_path):
+    """`Put the installed companions at the driver's release` runs only for companions that
+    dpkg shows at another version (a first install's transaction put them there already)."""
+    release = "535.261.03-1"
+    variables = {
+        "out": str(tmp_path),
+        "__nvidia_driver_companions": {
+            name: release
+            for name in ("libcuda1", "nvidia-smi", "libnvidia-ml1", "nvidia-suspend-common")
+        },
+        "__nvidia_driver_companions_installed": {
+            "stdout_lines": [  # dpkg-query -f='${Package} ${Version} ${db:Status-Abbrev}\n'
+                f"libcuda1 {release} ii ",
+                "nvidia-smi 535.216.03-1~bpo12+1 hi ",
+                f"libnvidia-ml1 {release} hi ",
+                f"nvidia-suspend-common {release} un ",  # known to dpkg, not installed
+            ]
+        },
+    }
+    proc = run_playbook(ROOT / "tests/unit/playbooks/driver_companions.yml", variables)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    found = json.loads((tmp_path / "companions.json").read_text())
+    assert found["present"] == ["libcuda1", "nvidia-smi", "libnvidia-ml1"]
+    assert found["moves"] == [f"nvidia-smi={release}"]
+    variables["__nvidia_driver_companions_installed"]["stdout_lines"][1] = (
+        f"nvidia-smi {release} hi "
+    )
+    proc = run_playbook(ROOT / "tests/unit/playbooks/driver_companions.yml", variables)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads((tmp_path / "companions.json").read_text())["moves"] == []
