@@ -163,9 +163,39 @@ def problems(stamp, now, held):
     return found
 
 
+def recorded_facts(preflight):
+    """The part of gpustack_preflight a stamp keeps: the host facts the roles branch on and do
+    not change themselves, in gpustack_preflight's shape (the CLI compares them through
+    gpustack/fleet/converged.py fact_subset). The rest - installed and loaded driver, active
+    units, kernel headers, the kubelet - moves with the install itself: a stamp holding the
+    facts probed at the start of a first install would be rewritten by the next full run."""
+    preflight = preflight or {}
+    osinfo = preflight.get("os") or {}
+    devices = (preflight.get("gpus") or {}).get("devices") or []
+    return {
+        "os": dict((k, osinfo.get(k)) for k in ("id", "family", "version_id", "codename")),
+        "arch": preflight.get("arch"),
+        "kernel": preflight.get("kernel"),
+        "secure_boot": preflight.get("secure_boot"),
+        "gpus": {
+            "devices": [
+                {"pci_address": d.get("pci_address"), "device_id": d.get("device_id")}
+                for d in devices
+            ]
+        },
+        "nvswitch": {"count": (preflight.get("nvswitch") or {}).get("count", 0)},
+        "runtime": preflight.get("runtime"),
+        "runtimes": [
+            dict((k, r.get(k)) for k in ("kind", "binary", "version", "config_path"))
+            for r in preflight.get("runtimes") or []
+        ],
+    }
+
+
 def build(params):
     """The stamp a role's record writes: what the role passed, then what the host shows."""
     stamp = dict(params["stamp"])
+    stamp["facts"] = recorded_facts(stamp.get("facts"))
     stamp.update(
         {
             "schema": SCHEMA,

@@ -259,6 +259,21 @@ def test_probe_problems_name_each_difference():
     assert module.problems(recorded, same, {"libcuda1", "nvidia-smi"}) == []
 
 
+def test_stamps_keep_only_the_facts_the_decision_compares():
+    """A first install's stamps were written with the facts probed before the driver was
+    installed; a full re-run probes it installed. Stamps keep only what fact_subset compares,
+    so the re-run writes the same stamp (no change), and the decision is unchanged."""
+    before = preflight(gpus=2)
+    before["driver"] = {"installed": {"package": None, "version": None}, "loaded_version": None}
+    after = preflight(gpus=2, loaded=OLD)
+    after["kernel_headers"] = {"installed": True, "available": True}
+    after["runtimes"][0]["active"] = False
+    assert module.recorded_facts(before) == module.recorded_facts(after)
+    assert converged.fact_subset(module.recorded_facts(after)) == converged.fact_subset(after)
+    moved = preflight(kernel="6.1.0-28-amd64", gpus=1)
+    assert converged.fact_subset(module.recorded_facts(moved)) != converged.fact_subset(after)
+
+
 def test_probe_reads_stamps_and_files(tmp_path):
     managed = tmp_path / "blacklist.conf"
     managed.write_text("blacklist nouveau\n")
