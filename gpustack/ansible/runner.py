@@ -25,6 +25,7 @@ from gpustack import credentials, paths
 from gpustack.ansible.results import RunResult, RunTracker
 
 KEEP_RUNS = 20
+_FINISHED: dict = {}  # queued by ansible-runner's finished callback, after every event
 RUN_MIN_AGE_S = 24 * 3600  # a run directory this young may belong to a run still going
 
 
@@ -194,6 +195,8 @@ def run_playbook(
         quiet=True,
         event_handler=handler,
         cancel_callback=lambda: canceled["requested"] or bool(cancel and cancel()),
+        # after the last event: the loop below ends at once instead of at its next poll
+        finished_callback=lambda _runner: events.put(_FINISHED),
     )
     tracker = RunTracker(spec.hosts)
     while True:
@@ -202,8 +205,10 @@ def run_playbook(
                 event = events.get(timeout=0.1)
             except queue.Empty:
                 if not thread.is_alive() and events.empty():
-                    break
+                    break  # the runner failed before its finished callback
                 continue
+            if event is _FINISHED:
+                break
             tracker.handle(event)
             if on_update:
                 on_update(tracker, event)
