@@ -25,7 +25,7 @@ from gpustack import credentials, paths
 from gpustack.ansible.results import RunResult, RunTracker
 
 KEEP_RUNS = 20
-_FINISHED: dict = {}  # queued by ansible-runner's finished callback, after every event
+_FINISHED = object()  # queued by ansible-runner's finished callback, after every event
 RUN_MIN_AGE_S = 24 * 3600  # a run directory this young may belong to a run still going
 
 

@@ -90,7 +90,9 @@ def madison(names):
     """{package: versions the sources offer, newest first} from one `apt-cache madison` call
     (apt-cache loads the whole package cache once per call; each line names its package)."""
     names = sorted(set(names))
-    rc, out, _ = run(["apt-cache", "madison"] + names) if names else (1, "", "")
+    if not names:
+        return {}
+    rc, out, _ = run(["apt-cache", "madison"] + names)
     found = dict((name, []) for name in names)
     for line in out.splitlines() if rc == 0 else []:
         parts = [p.strip() for p in line.split("|")]
@@ -109,8 +111,8 @@ def apt_lists_age(paths):
 
 
 def observe(stamp, installed, units):
-    """What the host shows now for everything a stamp recorded; `installed` ({package: version})
-    and `units` (service_states) are read once for all stamps."""
+    """What the host shows now for everything a stamp recorded; `installed` (packages: the
+    installed ones' versions) and `units` (service_states) are read once for all stamps."""
     runtime = stamp.get("runtime") or {}
     names = sorted(stamp.get("packages") or {})
     services = sorted(stamp.get("services") or {})
@@ -231,7 +233,7 @@ def probe(params):
             continue
         readable[role] = stamp
     # One dpkg-query and one systemctl call for every stamp's packages and units.
-    installed = package_versions(
+    installed = packages(
         sorted(set(n for stamp in readable.values() for n in stamp.get("packages") or {}))
     )
     units = service_states(
