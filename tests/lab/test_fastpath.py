@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -80,9 +81,29 @@ def sh(lab, host, command) -> str:
     return proc.stdout
 
 
+def skipped_tasks(doc) -> set[tuple[str, str, str]]:
+    """(role, task, host) of every task the run's events show skipped."""
+    found = set()
+    for path in Path(doc["artifacts"]).glob("job_events/*.json"):
+        event = json.loads(path.read_text())
+        if event.get("event") == "runner_on_skipped":
+            data = event["event_data"]
+            found.add((data.get("role", ""), data.get("task", ""), data.get("host", "")))
+    return found
+
+
 def test_first_install_then_a_no_op_rerun_skips_every_host(lab):
     doc = install(lab)
     assert doc["summary"]["failed"] == 0
+    # No apt call that cannot change anything: the driver role refreshed the lists a moment ago,
+    # and its transaction installed the companions at the driver's release.
+    skipped = skipped_tasks(doc)
+    for host in (N1, N2):
+        for role, task in (
+            ("nvidia_container_toolkit", "Refresh the package lists (at most hourly)"),
+            ("nvidia_driver", "Put the installed companions at the driver's release"),
+        ):
+            assert (role, task, host) in skipped, (role, task, host)
     for host in (N1, N2):
         assert "no stamp" in reasons(doc, host)
         stamps = sh(lab, host, "ls /var/lib/gpustack/converged").split()
