@@ -12,7 +12,9 @@ short_description: Set the dpkg selection of several packages at once (hold, ins
 description:
   - What C(ansible.builtin.dpkg_selections) does for one package, for a list, in one module call
     and one C(dpkg --set-selections) run (a loop pays a round trip per package).
-  - Reads the current selections with C(dpkg --get-selections); changes only those that differ.
+  - Reads the current selections with C(dpkg --get-selections); changes only those that differ,
+    waiting up to O(lock_timeout) for dpkg's lock (no wait, and no lock needed, when nothing
+    differs).
   - Supports check mode and diff mode. C(items) lists each package that differs with its
     selection C(before) (C(not present) for a package dpkg does not know) and C(after).
 options:
@@ -22,10 +24,23 @@ options:
     required: true
     choices: [install, hold, deinstall, purge]
     description: The selection to set.
+  lock_timeout:
+    type: int
+    default: 0
+    description: Seconds to wait, when a selection must change, for another package manager to
+      release dpkg's lock (C(dpkg --set-selections) fails at once on a held lock); 0 does not wait.
 author: gpustack
 """
 
+import re
+import time
+
 from ansible.module_utils.basic import AnsibleModule
+
+# dpkg's refusals on a held lock (exit 2): "dpkg frontend lock was locked by another process with
+# pid N", "dpkg database lock was locked ...", older "dpkg status database is locked ...".
+LOCKED = re.compile(r"lock was locked by another process|database is locked by another process")
+HOLDER = re.compile(r"with pid (\d+)")
 
 
 def current_selections(module, names):
@@ -40,6 +55,41 @@ def current_selections(module, names):
     return found
 
 
+def holder(err):
+    """'pid N (command line)' of the lock holder dpkg named, else 'another process'."""
+    found = HOLDER.search(err)
+    if not found:
+        return "another process"
+    try:
+        with open("/proc/%s/cmdline" % found.group(1), "rb") as fh:
+            cmdline = fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    except (IOError, OSError):
+        cmdline = ""
+    return "pid %s (%s)" % (found.group(1), cmdline[:160]) if cmdline else "pid " + found.group(1)
+
+
+def set_selections(module, data, timeout):
+    """dpkg --set-selections, retried each second while another process holds dpkg's lock."""
+    dpkg = module.get_bin_path("dpkg", required=True)
+    deadline = time.time() + timeout
+    while True:
+        rc, out, err = module.run_command([dpkg, "--set-selections"], data=data)
+        if rc == 0:
+            return
+        if rc != 2 or not LOCKED.search(err) or time.time() >= deadline:
+            break
+        time.sleep(1)
+    if LOCKED.search(err):
+        module.fail_json(
+            msg="The dpkg lock is still held after %d s by %s. Nothing was changed by this step. "
+            "Hint: let that package run finish (or stop it), then run gpustack again; "
+            "dpkg_ready_lock_timeout sets the wait." % (timeout, holder(err)),
+            rc=rc,
+            stderr=err,
+        )
+    module.fail_json(msg="dpkg --set-selections failed: %s" % (err or out).strip(), rc=rc)
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -47,6 +97,7 @@ def main():
             selection=dict(
                 type="str", required=True, choices=["install", "hold", "deinstall", "purge"]
             ),
+            lock_timeout=dict(type="int", default=0),
         ),
         supports_check_mode=True,
     )
@@ -67,9 +118,8 @@ def main():
         ),
     )
     if items and not module.check_mode:
-        dpkg = module.get_bin_path("dpkg", required=True)
         data = "".join("%s %s\n" % (i["item"], wanted) for i in items)
-        module.run_command([dpkg, "--set-selections"], data=data, check_rc=True)
+        set_selections(module, data, module.params["lock_timeout"])
     module.exit_json(**result)
 
 

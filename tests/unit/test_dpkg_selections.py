@@ -26,6 +26,15 @@ case "$1" in
   done ;;
 --set-selections)
   echo "$(date +%s%N)" >> "$state.calls"
+  # another package manager holds the lock for as many calls as $state.locked says
+  if [ -s "$state.locked" ]; then
+    left=$(cat "$state.locked")
+    [ "$left" = forever ] || echo $((left - 1)) > "$state.locked"
+    [ "$left" = 0 ] || {
+      echo "dpkg: error: dpkg frontend lock was locked by another process with pid $$" >&2
+      exit 2
+    }
+  fi
   while read -r name sel; do
     if grep -qE "^$name[[:space:]]" "$state"; then
       sed -i "s/^$name[[:space:]].*/$name\t$sel/" "$state"
@@ -38,14 +47,15 @@ esac
 """
 
 
-def run(tmp_path, names, selection, check=False) -> dict:
+def run(tmp_path, names, selection, check=False, lock_timeout=0) -> dict:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     (bin_dir / "dpkg").write_text(FAKE_DPKG)
     (bin_dir / "dpkg").chmod(0o755)
     args = tmp_path / "args.json"
     args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {
-        "names": names, "selection": selection, "_ansible_check_mode": check}}))  # fmt: skip
+        "names": names, "selection": selection, "lock_timeout": lock_timeout,
+        "_ansible_check_mode": check}}))  # fmt: skip
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
            "FAKE_DPKG_STATE": str(tmp_path / "selections")}  # fmt: skip
     proc = subprocess.run([sys.executable, "-m", "tests.unit.host_modules", str(MODULE), str(args)],
@@ -85,3 +95,44 @@ def test_check_mode_reports_the_change_and_makes_none(tmp_path):
     ]
     assert selections(tmp_path) == {"nvidia-smi": "hold"}
     assert not (tmp_path / "selections.calls").exists()
+
+
+def calls(tmp_path) -> int:
+    path = tmp_path / "selections.calls"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def test_waits_for_the_dpkg_lock_and_then_sets(tmp_path):
+    (tmp_path / "selections").write_text("nvidia-smi\tinstall\n")
+    (tmp_path / "selections.locked").write_text("2")  # refused twice, then free
+    result = run(tmp_path, ["nvidia-smi"], "hold", lock_timeout=30)
+    assert result["changed"] is True and not result.get("failed"), result
+    assert selections(tmp_path) == {"nvidia-smi": "hold"}
+    assert calls(tmp_path) == 3
+
+
+def test_a_lock_held_past_the_timeout_fails_naming_the_holder(tmp_path):
+    (tmp_path / "selections").write_text("nvidia-smi\tinstall\n")
+    (tmp_path / "selections.locked").write_text("forever")
+    result = run(tmp_path, ["nvidia-smi"], "hold", lock_timeout=1)
+    assert result["failed"] is True
+    assert result["msg"].startswith("The dpkg lock is still held after 1 s by pid ")
+    assert "Hint: " in result["msg"] and "dpkg_ready_lock_timeout" in result["msg"]
+    assert selections(tmp_path) == {"nvidia-smi": "install"}
+    assert 2 <= calls(tmp_path) <= 3  # tried, waited a second, tried again
+
+
+def test_without_a_timeout_a_held_lock_fails_at_once(tmp_path):
+    (tmp_path / "selections").write_text("nvidia-smi\tinstall\n")
+    (tmp_path / "selections.locked").write_text("forever")
+    result = run(tmp_path, ["nvidia-smi"], "hold")
+    assert result["failed"] is True and "after 0 s" in result["msg"]
+    assert calls(tmp_path) == 1
+
+
+def test_nothing_to_change_needs_no_lock(tmp_path):
+    (tmp_path / "selections").write_text("nvidia-smi\thold\n")
+    (tmp_path / "selections.locked").write_text("forever")
+    result = run(tmp_path, ["nvidia-smi"], "hold", lock_timeout=30)
+    assert result["changed"] is False and not result.get("failed"), result
+    assert calls(tmp_path) == 0

@@ -1,0 +1,116 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Everything container_runtime reads on a containerd host before it changes a file, in one call."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: gpustack_containerd_read
+short_description: Read containerd's version, files and loaded configuration in one round trip
+description:
+  - What the container_runtime role needs before it merges the nvidia runtime into containerd's
+    configuration, in one module call (one task per read paid a round trip each) -
+    C(containerd --version); the main configuration (exists, content); the effective
+    configuration C(containerd config dump) of the main file (of C(/dev/null) without one, the
+    built-in defaults) with its return code and error; whether gpustack's record of an earlier
+    change and the drop-in directory exist; the current drop-in; and what the running containerd
+    loaded against its files (the check C(gpustack_containerd_loaded) makes, same keys).
+  - Read-only; supports check mode. Fails when C(containerd --version) does or when the main
+    configuration exists but cannot be read.
+options:
+  config: {type: path, required: true, description: Main configuration.}
+  dropin: {type: path, required: true, description: gpustack's drop-in file.}
+  record: {type: path, required: true, description: gpustack's record of an earlier change.}
+  socket: {type: path, default: /run/containerd/containerd.sock, description: containerd's socket.}
+  marker: {type: path, default: "", description: gpustack's restart-pending marker.}
+author: gpustack
+"""
+
+RETURN = r"""
+version: {description: What C(containerd --version) printed., type: str, returned: always}
+main:
+  description: exists, content (base64, empty without the file) of the main configuration.
+  type: dict
+  returned: always
+dump:
+  description: rc, stdout, stderr of C(containerd config dump) before any change.
+  type: dict
+  returned: always
+record_exists: {description: gpustack's record exists., type: bool, returned: always}
+dropin_dir_exists: {description: The drop-in file's directory exists., type: bool, returned: always}
+dropin:
+  description: exists, content (base64, empty without the file) of gpustack's drop-in.
+  type: dict
+  returned: always
+restart_needed:
+  description: Also loaded, disk, differences, restart_pending - as gpustack_containerd_loaded.
+  type: bool
+  returned: always
+"""
+
+import base64
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_containerd import (
+    loaded_state,
+)
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import (
+    containerd_dump,
+    run,
+)
+
+
+def file_state(module, path, strict):
+    """{exists, content (base64)} of a file; strict: one that exists but cannot be read fails
+    the module (its content must never be taken for empty and written over)."""
+    if not os.path.lexists(path):
+        return {"exists": False, "content": ""}
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except (IOError, OSError) as exc:
+        if strict:
+            module.fail_json(msg="cannot read %s: %s" % (path, exc))
+        return {"exists": True, "content": ""}
+    return {"exists": True, "content": base64.b64encode(data).decode("ascii")}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            config=dict(type="path", required=True),
+            dropin=dict(type="path", required=True),
+            record=dict(type="path", required=True),
+            socket=dict(type="path", default="/run/containerd/containerd.sock"),
+            marker=dict(type="path", default=""),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    rc, out, err = run(["containerd", "--version"])
+    if rc != 0:
+        module.fail_json(msg="containerd --version failed: %s" % (err or out).strip(), rc=rc)
+    main_file = file_state(module, params["config"], strict=True)
+    # `config dump` needs a file: without one containerd runs on its built-in defaults.
+    dump_rc, dump_out, dump_err = containerd_dump(
+        params["config"] if main_file["exists"] else "/dev/null"
+    )
+    result = dict(
+        changed=False,
+        version=out.strip(),
+        main=main_file,
+        dump={"rc": dump_rc, "stdout": dump_out, "stderr": dump_err},
+        record_exists=os.path.exists(params["record"]),
+        dropin_dir_exists=os.path.isdir(os.path.dirname(params["dropin"])),
+        dropin=file_state(module, params["dropin"], strict=False),
+    )
+    # The same dump (asked once per module run) serves the loaded-state comparison.
+    result.update(loaded_state(params["config"], params["socket"], params["marker"]))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""gpustack_containerd_read (plugins/modules, used by roles/container_runtime): containerd's
+version, files and loaded configuration in one module call.
+
+Runs the module as a script against a TEST DOUBLE of the containerd binary (`--version`, and
+`config dump` printing the file it was given; a file containing BROKEN fails as containerd does on
+a TOML error). On lab nodes the module runs against Debian's real containerd 1.6 / 1.7 / 2.1
+(tests/lab: every install on containerd, the broken-config refusal, the lost-restart kill test).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+MODULE = ROOT / "plugins/modules/gpustack_containerd_read.py"
+FAKE_CONTAINERD = r"""#!/bin/sh
+# TEST DOUBLE (gpustack unit tests): containerd --version / --config FILE config dump.
+if [ "$1" = --version ]; then
+  [ -e "$FAKE_CONTAINERD_DIR/version-fails" ] && { echo "containerd: broken install" >&2; exit 1; }
+  echo "containerd github.com/containerd/containerd 1.6.20~ds1 1.6.20~ds1-1+b1"; exit 0
+fi
+[ "$1" = --config ] && [ "$3" = config ] && [ "$4" = dump ] || exit 2
+echo "$2" >> "$FAKE_CONTAINERD_DIR/dumps"
+if grep -q BROKEN "$2"; then
+  echo "failed to load TOML: $2: (1, 1): unexpected token" >&2; exit 1
+fi
+echo "version = 2"; cat "$2"
+"""
+
+
+def run(tmp_path, **paths) -> dict:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "containerd").write_text(FAKE_CONTAINERD)
+    (bin_dir / "containerd").chmod(0o755)
+    module_args = {
+        "config": str(tmp_path / "etc/config.toml"),
+        "dropin": str(tmp_path / "etc/conf.d/99-nvidia.toml"),
+        "record": str(tmp_path / "state/container_runtime.json"),
+        "marker": str(tmp_path / "state/containerd.restart-pending"),
+        "socket": str(tmp_path / "containerd.sock"),  # no daemon: CRI cannot be asked
+        **paths,
+    }
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": module_args}))
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+           "FAKE_CONTAINERD_DIR": str(tmp_path)}  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "tests.unit.host_modules", str(MODULE), str(args)],
+                          capture_output=True, text=True, cwd=ROOT, env=env)  # fmt: skip
+    return json.loads(proc.stdout)
+
+
+def dumps(tmp_path) -> list[str]:
+    return (tmp_path / "dumps").read_text().splitlines()
+
+
+def test_fresh_host_dumps_the_built_in_defaults_once(tmp_path):
+    result = run(tmp_path)
+    assert not result.get("failed"), result
+    assert result["version"].split()[2] == "1.6.20~ds1"
+    assert result["main"] == {"exists": False, "content": ""}
+    assert result["dump"] == {"rc": 0, "stdout": "version = 2\n", "stderr": ""}
+    assert result["record_exists"] is False and result["dropin_dir_exists"] is False
+    assert result["dropin"] == {"exists": False, "content": ""}
+    assert result["restart_needed"] is False and result["loaded"]["available"] is False
+    # the loaded-state check reuses the dump (one `config dump` per module run)
+    assert dumps(tmp_path) == ["/dev/null"]
+
+
+def test_existing_files_record_and_marker(tmp_path):
+    (tmp_path / "etc/conf.d").mkdir(parents=True)
+    (tmp_path / "state").mkdir()
+    main = 'imports = ["/etc/containerd/conf.d/*.toml"]\n# the user\'s comment\n'
+    (tmp_path / "etc/config.toml").write_text(main)
+    (tmp_path / "etc/conf.d/99-nvidia.toml").write_text("# gpustack\n")
+    (tmp_path / "state/container_runtime.json").write_text("{}")
+    (tmp_path / "state/containerd.restart-pending").write_text("pending\n")
+    result = run(tmp_path)
+    assert base64.b64decode(result["main"]["content"]).decode() == main
+    assert result["main"]["exists"] is True
+    assert result["dump"]["stdout"] == "version = 2\n" + main
+    assert result["record_exists"] is True and result["dropin_dir_exists"] is True
+    assert base64.b64decode(result["dropin"]["content"]) == b"# gpustack\n"
+    assert result["restart_pending"] is True and result["restart_needed"] is True
+    assert dumps(tmp_path) == [str(tmp_path / "etc/config.toml")]
+
+
+def test_a_configuration_containerd_rejects_is_reported_not_failed(tmp_path):
+    """The role refuses it with containerd's message; the module only reports."""
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/config.toml").write_text("BROKEN [\n")
+    result = run(tmp_path)
+    assert not result.get("failed"), result
+    assert result["dump"]["rc"] == 1 and "unexpected token" in result["dump"]["stderr"]
+    assert result["disk"]["error"] and result["differences"] == []
+
+
+def test_an_unreadable_main_configuration_fails_instead_of_reading_as_empty(tmp_path):
+    (tmp_path / "etc/config.toml").mkdir(parents=True)  # exists, cannot be read as a file
+    result = run(tmp_path)
+    assert result["failed"] is True
+    assert result["msg"].startswith(f"cannot read {tmp_path / 'etc/config.toml'}:")
+
+
+def test_a_failing_containerd_binary_fails_the_module(tmp_path):
+    (tmp_path / "version-fails").write_text("")
+    result = run(tmp_path)
+    assert result["failed"] is True
+    assert result["msg"] == "containerd --version failed: containerd: broken install"
