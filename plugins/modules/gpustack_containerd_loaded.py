@@ -24,6 +24,11 @@ options:
   socket: {type: path, default: /run/containerd/containerd.sock, description: containerd's socket.}
   marker: {type: path, default: "", description: gpustack's restart-pending marker.}
   name: {type: str, default: nvidia, description: The runtime handler gpustack adds.}
+  binary:
+    type: path
+    default: ""
+    description: The NVIDIA runtime binary; when given, also C(binary_exists) and the effective
+      configuration C(dump) (rc, stdout, stderr) - the role's verify step in one round trip.
 author: gpustack
 """
 
@@ -36,11 +41,21 @@ disk: {description: The runtimes the files define and any dump error., type: dic
 differences: {description: One line per loaded/disk difference., type: list, returned: always}
 restart_pending: {description: The marker exists., type: bool, returned: always}
 restart_needed: {description: restart_pending or any difference., type: bool, returned: always}
+binary_exists: {description: The binary exists., type: bool, returned: when binary is given}
+dump:
+  description: rc, stdout, stderr of C(containerd config dump).
+  type: dict
+  returned: when binary is given
 """
+
+import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_containerd import (
     loaded_state,
+)
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import (
+    containerd_dump,
 )
 
 
@@ -51,11 +66,21 @@ def main():
             socket=dict(type="path", default="/run/containerd/containerd.sock"),
             marker=dict(type="path", default=""),
             name=dict(type="str", default="nvidia"),
+            binary=dict(type="path", default=""),
         ),
         supports_check_mode=True,
     )
     params = module.params
     state = loaded_state(params["config"], params["socket"], params["marker"])
+    if params["binary"]:
+        # the dump loaded_state asked for (once per module run)
+        rc, out, err = containerd_dump(
+            params["config"] if os.path.exists(params["config"]) else "/dev/null"
+        )
+        state.update(
+            binary_exists=os.path.exists(params["binary"]),
+            dump={"rc": rc, "stdout": out, "stderr": err},
+        )
     module.exit_json(changed=False, **state)
 
 

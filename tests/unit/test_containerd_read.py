@@ -112,3 +112,29 @@ def test_a_failing_containerd_binary_fails_the_module(tmp_path):
     result = run(tmp_path)
     assert result["failed"] is True
     assert result["msg"] == "containerd --version failed: containerd: broken install"
+
+
+LOADED = ROOT / "plugins/modules/gpustack_containerd_loaded.py"
+
+
+def test_the_verify_read_adds_the_binary_and_the_dump_to_the_loaded_check(tmp_path):
+    """gpustack_containerd_loaded with `binary` (container_runtime's verify step): one dump."""
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/config.toml").write_text("# wired\n")
+    (tmp_path / "nvidia-container-runtime").write_text("")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "containerd").write_text(FAKE_CONTAINERD)
+    (bin_dir / "containerd").chmod(0o755)
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {
+        "config": str(tmp_path / "etc/config.toml"), "socket": str(tmp_path / "containerd.sock"),
+        "binary": str(tmp_path / "nvidia-container-runtime")}}))  # fmt: skip
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
+           "FAKE_CONTAINERD_DIR": str(tmp_path)}  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "tests.unit.host_modules", str(LOADED), str(args)],
+                          capture_output=True, text=True, cwd=ROOT, env=env)  # fmt: skip
+    result = json.loads(proc.stdout)
+    assert result["binary_exists"] is True
+    assert result["dump"] == {"rc": 0, "stdout": "version = 2\n# wired\n", "stderr": ""}
+    assert dumps(tmp_path) == [str(tmp_path / "etc/config.toml")]
