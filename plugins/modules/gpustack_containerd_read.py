@@ -50,7 +50,6 @@ restart_needed:
   returned: always
 """
 
-import base64
 import os
 
 from ansible.module_utils.basic import AnsibleModule
@@ -60,22 +59,17 @@ from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_contain
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import (
     containerd_dump,
     run,
+    slurp,
 )
 
 
 def file_state(module, path, strict):
     """{exists, content (base64)} of a file; strict: one that exists but cannot be read fails
     the module (its content must never be taken for empty and written over)."""
-    if not os.path.lexists(path):
-        return {"exists": False, "content": ""}
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except (IOError, OSError) as exc:
-        if strict:
-            module.fail_json(msg="cannot read %s: %s" % (path, exc))
-        return {"exists": True, "content": ""}
-    return {"exists": True, "content": base64.b64encode(data).decode("ascii")}
+    exists, content, error = slurp(path)
+    if exists and error and strict:
+        module.fail_json(msg="cannot read %s: %s" % (path, error))
+    return {"exists": exists, "content": content}
 
 
 def main():

@@ -42,19 +42,14 @@ commands:
   returned: always
 """
 
-import base64
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import run
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import run, slurp
 
 
 def read_file(path):
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except (IOError, OSError) as exc:
-        return {"exists": False, "content": "", "error": str(exc)}
-    return {"exists": True, "content": base64.b64encode(data).decode("ascii"), "error": ""}
+    exists, content, error = slurp(path)
+    # a file that cannot be read counts as missing here (slurp's failed_when: false)
+    return {"exists": exists and not error, "content": content, "error": error}
 
 
 def run_command(argv):
@@ -80,13 +75,10 @@ def main():
     for name in module.params["must_succeed"]:
         if name in commands and commands[name]["rc"] != 0:
             argv = " ".join(str(arg) for arg in module.params["commands"][name])
+            answer = commands[name]
             module.fail_json(
                 msg="%s failed (rc %d): %s"
-                % (
-                    argv,
-                    commands[name]["rc"],
-                    commands[name]["stderr"] or commands[name]["stdout"],
-                ),
+                % (argv, answer["rc"], answer["stderr"] or answer["stdout"]),
                 files=files,
                 commands=commands,
             )
