@@ -82,7 +82,9 @@ def test_lost_restart_shows_as_drift_and_the_rerun_repairs_it(lab, tmp_path):
 def test_sigterm_stops_the_run_reports_and_leaves_no_child(lab, tmp_path):
     inventory, varsfile = lab
     proc = start(inventory, varsfile, tmp_path)
-    assert kill_rerun.wait_for_task(tmp_path, "Read containerd's version, files and loaded configuration", proc, timeout=300)
+    assert kill_rerun.wait_for_task(
+        tmp_path, "Read containerd's version, files and loaded configuration", proc, timeout=300
+    )
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err
