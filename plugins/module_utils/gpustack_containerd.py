@@ -17,7 +17,7 @@ import re
 import socket
 import struct
 
-from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import containerd_dump
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import effective_dump
 
 SERVICES = ("runtime.v1.RuntimeService", "runtime.v1alpha2.RuntimeService")
 
@@ -226,7 +226,7 @@ def loaded_state(config, sock, marker):
     """{loaded, disk, differences, restart_pending, restart_needed} of the running containerd;
     marker: gpustack's restart-pending marker (container_runtime writes it)."""
     pending = bool(marker) and os.path.exists(marker)
-    rc, out, err = containerd_dump(config if os.path.exists(config) else "/dev/null")
+    rc, out, err = effective_dump(config)
     disk = {"runtimes": {}, "error": ""}
     if rc != 0:
         disk["error"] = " ".join(err.split())[:300]

@@ -177,3 +177,9 @@ def containerd_dump(config):
     if config not in _DUMPS:
         _DUMPS[config] = run(["containerd", "--config", config, "config", "dump"])
     return _DUMPS[config]
+
+
+def effective_dump(config):
+    """containerd_dump of the effective configuration: the main file's, or without one
+    containerd's built-in defaults (`config dump` needs a file: /dev/null stands for none)."""
+    return containerd_dump(config if os.path.exists(config) else "/dev/null")

@@ -55,7 +55,7 @@ from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_contain
     loaded_state,
 )
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import (
-    containerd_dump,
+    effective_dump,
 )
 
 
@@ -73,10 +73,7 @@ def main():
     params = module.params
     state = loaded_state(params["config"], params["socket"], params["marker"])
     if params["binary"]:
-        # the dump loaded_state asked for (once per module run)
-        rc, out, err = containerd_dump(
-            params["config"] if os.path.exists(params["config"]) else "/dev/null"
-        )
+        rc, out, err = effective_dump(params["config"])  # loaded_state's (once per module run)
         state.update(
             binary_exists=os.path.exists(params["binary"]),
             dump={"rc": rc, "stdout": out, "stderr": err},

@@ -57,7 +57,7 @@ from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_contain
     loaded_state,
 )
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import (
-    containerd_dump,
+    effective_dump,
     run,
     slurp,
 )
@@ -88,10 +88,8 @@ def main():
     if rc != 0:
         module.fail_json(msg="containerd --version failed: %s" % (err or out).strip(), rc=rc)
     main_file = file_state(module, params["config"], strict=True)
-    # `config dump` needs a file: without one containerd runs on its built-in defaults.
-    dump_rc, dump_out, dump_err = containerd_dump(
-        params["config"] if main_file["exists"] else "/dev/null"
-    )
+    # the main file's, or without one the built-in defaults; loaded_state below reuses it
+    dump_rc, dump_out, dump_err = effective_dump(params["config"])
     result = dict(
         changed=False,
         version=out.strip(),
@@ -101,7 +99,6 @@ def main():
         dropin_dir_exists=os.path.isdir(os.path.dirname(params["dropin"])),
         dropin=file_state(module, params["dropin"], strict=False),
     )
-    # The same dump (asked once per module run) serves the loaded-state comparison.
     result.update(loaded_state(params["config"], params["socket"], params["marker"]))
     module.exit_json(**result)
 

@@ -85,7 +85,7 @@ from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_contain
 )
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import (
     EXTRA_PATH,
-    containerd_dump,
+    effective_dump,
     first_version,
     holds,
     packages,
@@ -393,7 +393,7 @@ def runtime_wiring(kind, spec, where):
         return result
     if kind == "containerd":
         config = spec["containerd_config"]
-        rc, out, err = containerd_dump(config if os.path.exists(config) else "/dev/null")
+        rc, out, err = effective_dump(config)
         if rc != 0:
             result["detail"] = "containerd config dump failed: " + " ".join(err.split())[:300]
             result["wired"] = False
