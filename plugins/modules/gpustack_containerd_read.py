@@ -68,7 +68,11 @@ def file_state(module, path, strict):
     the module (its content must never be taken for empty and written over)."""
     exists, content, error = slurp(path)
     if exists and error and strict:
-        module.fail_json(msg="cannot read %s: %s" % (path, error))
+        module.fail_json(
+            msg="cannot read %s: %s. gpustack changed nothing on it. Hint: make it a readable "
+            "containerd configuration file (or remove it to start from containerd's defaults), "
+            "then run install again." % (path, error)
+        )
     return {"exists": exists, "content": content}
 
 
@@ -86,7 +90,11 @@ def main():
     params = module.params
     rc, out, err = run(["containerd", "--version"])
     if rc != 0:
-        module.fail_json(msg="containerd --version failed: %s" % (err or out).strip(), rc=rc)
+        module.fail_json(
+            msg="containerd --version failed: %s. Hint: repair the containerd installation "
+            "(the package or binary on PATH), then run install again." % (err or out).strip(),
+            rc=rc,
+        )
     main_file = file_state(module, params["config"], strict=True)
     # the main file's, or without one the built-in defaults; loaded_state below reuses it
     dump_rc, dump_out, dump_err = effective_dump(params["config"])
