@@ -53,6 +53,25 @@ apt-get install -y -qq --no-install-recommends {packages} >/dev/null
 """
 
 
+# Debian's nvidia-persistenced: its package scripts start the daemon before the loader knows
+# libnvidia-cfg.so.1; now and then the failing daemon's child never exits and systemd waits out
+# its 90 s stop timeout (gpustack masks the unit for the transaction; the floor does not).
+HANG = (
+    "journalctl -q -o cat -u nvidia-persistenced.service"
+    " | grep -c \"State 'stop-sigterm' timed out\" || true"
+)
+
+
+def persistenced_hangs(ssh: dict[str, list[str]], hosts: list[str]) -> list[str]:
+    """The hosts where the package scripts' start of nvidia-persistenced hung (90 s lost)."""
+    hung = []
+    for host in hosts:
+        _, proc = labbench.run([*ssh[host], HANG])
+        if proc.stdout.strip() not in ("", "0"):
+            hung.append(host)
+    return hung
+
+
 def installed(ssh: list[str]) -> set[str]:
     _, proc = labbench.run([*ssh, INSTALLED])
     labbench.must(proc, "dpkg-query")
@@ -92,6 +111,10 @@ def one_round(lab: str, top: int) -> tuple[float, float, int, int]:
     same = "the same set" if not differs else f"{len(floor_added)}, differing in {differs}"
     print(f"apt floor on {', '.join(floor_hosts)}: {floor_s:.1f} s "
           f"({len(added)} packages; floor node added {same})")  # fmt: skip
+    for host in persistenced_hangs(ssh, hosts):
+        print(f"WARNING: {host}: nvidia-persistenced's start by its package scripts hung until "
+              "systemd's 90 s stop timeout (Debian packaging race): this round's time is not "
+              "comparable")  # fmt: skip
     for run_dir in sorted((state / "runs").iterdir()):
         run_profile.report(run_dir, top)
     return seconds, floor_s, len(added), fetched

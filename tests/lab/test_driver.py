@@ -132,6 +132,13 @@ def test_install_pins_holds_and_is_idempotent(lab):
             "blacklist nouveau"
             in ssh(lab, host, "cat /etc/modprobe.d/gpustack-blacklist-nouveau.conf").stdout
         )
+        # nvidia-persistenced is enabled, and nothing tried to start it: not its package scripts
+        # (a runtime mask covered the transaction; their start without a GPU can hang 90 s) and
+        # not the role (no GPU here). The mask is gone.
+        unit = "nvidia-persistenced.service"
+        assert ssh(lab, host, f"systemctl is-enabled {unit}").stdout.strip() == "enabled"
+        starts = ssh(lab, host, f"journalctl --no-pager -q -o cat -u {unit}").stdout
+        assert "Starting" not in starts, starts
     again = install(lab, "-e", f"nvidia_driver_version={OLD}")
     assert again["rc"] == 0
     assert {h: v["changed"] for h, v in again["hosts"].items()} == dict.fromkeys(nodes(), 0)
