@@ -15,9 +15,14 @@ description:
     C(/usr/share/keyrings/gpustack-<name>.gpg) (0644) and, when I(auth_machine) is set, the
     credentials C(/etc/apt/auth.conf.d/gpustack-<name>.conf) (0600, apt_auth.conf(5)); the
     source never carries credentials. Before the first change it records what was there in
-    C(/var/lib/gpustack/apt-txn/<name>.json) (0600). Then it runs C(apt-get update) for this
-    source alone; when apt cannot use it (HTTP status, DNS, connection, TLS, signature), every
-    file is restored from the record and the module fails with apt's own reason and a hint.
+    C(/var/lib/gpustack/apt-txn/<name>.json) (0600). Before writing anything (and in check mode)
+    it asks apt whether it can still read every source of the host with this one in place: a
+    source the host already has for the same repository with another keyring (or with none, as
+    NVIDIA's install guides and C(cuda-keyring) write them) makes apt refuse all of its sources;
+    the module then fails naming that file, and changes nothing. Then it runs C(apt-get update)
+    for this source alone; when apt cannot use it (HTTP status, DNS, connection, TLS,
+    signature), every file is restored from the record and the module fails with apt's own
+    reason and a hint.
   - The record stays until I(state=commit) (the caller found what it needed in the source) or
     I(state=rollback) (the caller failed later; restores it). A record left by an interrupted
     run means "changed, not proved"; the next I(state=present) refreshes and proves the source
@@ -64,8 +69,12 @@ pending: {description: A change is recorded and not yet committed, type: bool}
 refreshed: {description: apt-get update ran for this source, type: bool}
 rolled_back: {description: Files were restored from the record, type: bool}
 cause:
-  description: "On failure: auth, not_found, dns, connect, tls, signature, server or other."
+  description: >-
+    On failure: conflict, auth, not_found, dns, connect, tls, signature, server or other.
   type: str
+conflicting:
+  description: "On cause=conflict: the host's source files apt refuses together with this source."
+  type: list
 """
 
 import base64
@@ -272,6 +281,64 @@ def refresh(source_text, name, apt_options):
     return not errors, errors, warnings, out
 
 
+def sources_error(source_parts, source_list, apt_options):
+    """apt's complaint when it reads this set of sources (no network), or ''."""
+    args = ["apt-get", "indextargets", "-o", "Dir::Etc::SourceList=" + source_list,
+            "-o", "Dir::Etc::SourceParts=" + source_parts]  # fmt: skip
+    for option in apt_options:
+        args += ["-o", option]
+    env = dict(os.environ, LANG="C", LC_ALL="C")
+    try:
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        err = proc.communicate()[1].decode("utf-8", "replace")
+    except OSError as exc:
+        return "cannot run apt-get: %s" % exc
+    if proc.returncode == 0:
+        return ""
+    lines = [line[2:].strip() for line in err.splitlines() if line.startswith("E:")]
+    lines = [line for line in lines if not line.startswith("The list of sources could not be read")]
+    return "; ".join(dict.fromkeys(lines)) or "apt-get indextargets exited %d" % proc.returncode
+
+
+def conflicts(files, content, root, apt_options):
+    """Can apt read the host's sources with `content` as this source? ('', []) when it can,
+    else (apt's reason, [the host's files apt refuses together with it]). Writes nothing."""
+    etc = os.path.join(root, "etc/apt")
+    parts = os.path.join(etc, "sources.list.d")
+    others = sorted(
+        path for path in glob.glob(os.path.join(parts, "*"))
+        if path != files["source"] and path.endswith((".list", ".sources"))
+        and os.path.isfile(path)
+    )  # fmt: skip
+    main_list = os.path.join(etc, "sources.list")
+    tmp = tempfile.mkdtemp(prefix="gpustack-apt-sources-")
+
+    def check(candidates, with_main):
+        for name in os.listdir(tmp):
+            os.remove(os.path.join(tmp, name))
+        with open(os.path.join(tmp, os.path.basename(files["source"])), "wb") as fh:
+            fh.write(content)
+        for path in candidates:
+            data = read(path)
+            if data is not None:
+                with open(os.path.join(tmp, os.path.basename(path)), "wb") as fh:
+                    fh.write(data)
+        return sources_error(tmp, main_list if with_main else "/dev/null", apt_options)
+
+    try:
+        reason = check(others, True)
+        if not reason:
+            return "", []
+        if check([], False):  # this source alone is unreadable: not a conflict
+            return reason, []
+        culprits = [path for path in others if check([path], False)]
+        if os.path.isfile(main_list) and check([], True):
+            culprits.append(main_list)
+        return reason, culprits
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def old_backups(source_path):
     return sorted(glob.glob(glob.escape(source_path) + ".*~"))
 
@@ -319,6 +386,26 @@ def present(module, files):
         })  # fmt: skip
     result = {"changed": bool(changed), "files": changed, "pending": pending or bool(changed),
               "refreshed": False, "rolled_back": False, "diff": diff}  # fmt: skip
+    reason, culprits = conflicts(
+        files, params["content"].encode("utf-8"), params["root"], params["apt_options"]
+    )
+    if reason:
+        hint = "fix the source's content (URIs, Suites, Components, Signed-By)"
+        if culprits:
+            hint = (
+                "%s already declare%s this repository with another signing key (or none), and apt "
+                "refuses one repository under two keys: remove that source (gpustack writes its "
+                "own, with the pinned key), then run again"
+                % (", ".join(culprits), "" if len(culprits) > 1 else "s")
+            )
+        module.fail_json(
+            msg="apt could not read its sources with %s in place: %s. Nothing was changed. "
+            "Hint: %s" % (files["source"], reason.rstrip(". "), hint),
+            cause="conflict" if culprits else "other",
+            conflicting=culprits,
+            rolled_back=False,
+            files=[],
+        )
     if module.check_mode:
         module.exit_json(**result)
     if changed:

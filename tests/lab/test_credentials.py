@@ -317,6 +317,32 @@ def test_unusable_mirror_on_a_fresh_node_leaves_no_source(lab):
     assert controller_hits(lab, PASSWORD) == []
 
 
+def test_the_toolkit_repository_set_up_by_hand_under_another_key_is_named_and_left_alone(lab):
+    """A node prepared by NVIDIA's install guide: a .list for the same repository with its own
+    keyring. apt refuses one repository under two keys (every apt call on the node would fail),
+    so gpustack names that file, with a hint, before writing anything."""
+    inv = lab["inventory"]
+    theirs = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
+    line = ("deb [signed-by=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg] "
+            f"{TOOLKIT_BASE}/stable/deb/$(ARCH) /")  # fmt: skip
+    assert ssh(inv, N2, f"echo '{line}' > {theirs}").returncode == 0
+    try:
+        before = ssh(inv, N2, APT_SNAPSHOT).stdout
+        proc = gpustack(lab, "conflicting source", "install", str(inv), "-e", f"@{lab['vars']}",
+                        "--limit", N2, "--tags", "nvidia_container_toolkit", "--output", "json",
+                        env=toolkit_env())  # fmt: skip
+        assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+        messages = [f["message"] for f in json.loads(proc.stdout)["hosts"][N2]["failures"]]
+        first = messages[0]
+        assert "Conflicting values set for option Signed-By" in first, messages
+        assert f"Nothing was changed. Hint: {theirs} already declares this repository" in first
+        assert ssh(inv, N2, APT_SNAPSHOT).stdout == before, "byte-identical /etc/apt"
+        RECORD.setdefault("failing", {})["conflicting source"] = messages
+    finally:
+        ssh(inv, N2, f"rm -f {theirs}")
+    assert apt_update_complaints(lab, N2) == []
+
+
 # --- issue 16, item 1: SIGKILL between writing a source and refreshing the lists -------------
 
 

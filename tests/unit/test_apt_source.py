@@ -219,6 +219,46 @@ def test_check_mode_changes_nothing_and_hides_credentials_in_the_diff(env, tmp_p
     assert PASSWORD not in raw
 
 
+def user_source(env, repo, name: str, options: str) -> Path:
+    """A source the host already has for the fixture repository, as NVIDIA's guides write one."""
+    arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True,
+                          check=True).stdout.strip()  # fmt: skip
+    path = env["root"] / "etc/apt/sources.list.d" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"deb {options}file://{repo}/stable/deb/{arch} /\n")
+    return path
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+@pytest.mark.parametrize("options", ["[signed-by=/usr/share/keyrings/user-key.gpg] ", ""])
+def test_the_same_repository_under_another_key_is_refused_before_any_change(
+    env, tmp_path, repo, options, check_mode
+):
+    """apt refuses every source of the host when one repository has two keys (or a key and
+    none): the module names the host's file and writes nothing, in check mode too (plan)."""
+    theirs = user_source(env, repo, "nvidia-container-toolkit.list", options)
+    user_source(env, repo, "unrelated.list", "").write_text(
+        "deb file:///nonexistent/other-repo /\n"
+    )  # fmt: skip
+    before = tree(env["root"])
+    rc, res, raw = run(env, tmp_path, content=source(env, f"file://{repo}"),
+                       keyring_src=str(env["key"]), _ansible_check_mode=check_mode)  # fmt: skip
+    assert rc == 1, raw
+    assert res["cause"] == "conflict" and res["conflicting"] == [str(theirs)]
+    assert "Conflicting values set for option Signed-By" in res["msg"]
+    assert "Nothing was changed. Hint: " + str(theirs) + " already declares" in res["msg"]
+    assert tree(env["root"]) == before
+
+
+def test_the_same_repository_under_the_same_key_is_accepted(env, tmp_path, repo):
+    keyring = env["root"] / "usr/share/keyrings/gpustack-t1.gpg"
+    user_source(env, repo, "same.list", f"[signed-by={keyring}] ")
+    rc, res, raw = run(env, tmp_path, content=source(env, f"file://{repo}"),
+                       keyring_src=str(env["key"]))  # fmt: skip
+    assert rc == 0, raw
+    assert res["changed"] and res["refreshed"]
+
+
 def test_white_space_in_credentials_is_refused(env, tmp_path, server):
     rc, res, _ = run(env, tmp_path, content=source(env, server), auth_machine=server,
                      username=USER, password="two words")  # fmt: skip
