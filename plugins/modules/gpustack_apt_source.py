@@ -301,8 +301,8 @@ def sources_error(source_parts, source_list, apt_options):
 
 
 def conflicts(files, content, root, apt_options):
-    """Can apt read the host's sources with `content` as this source? ('', []) when it can,
-    else (apt's reason, [the host's files apt refuses together with it]). Writes nothing."""
+    """Can apt read the host's sources with `content` as this source? ('', []) when it can, else
+    (apt's reason, [the host's files apt refuses only together with it]). Writes nothing."""
     etc = os.path.join(root, "etc/apt")
     parts = os.path.join(etc, "sources.list.d")
     others = sorted(
@@ -313,26 +313,27 @@ def conflicts(files, content, root, apt_options):
     main_list = os.path.join(etc, "sources.list")
     tmp = tempfile.mkdtemp(prefix="gpustack-apt-sources-")
 
-    def check(candidates, with_main):
+    def check(candidates, with_main, ours=True):
         for name in os.listdir(tmp):
             os.remove(os.path.join(tmp, name))
-        with open(os.path.join(tmp, os.path.basename(files["source"])), "wb") as fh:
-            fh.write(content)
-        for path in candidates:
-            data = read(path)
+        chosen = [(files["source"], content)] if ours else []
+        chosen += [(path, read(path)) for path in candidates]
+        for path, data in chosen:
             if data is not None:
                 with open(os.path.join(tmp, os.path.basename(path)), "wb") as fh:
                     fh.write(data)
-        return sources_error(tmp, main_list if with_main else "/dev/null", apt_options)
+        reason = sources_error(tmp, main_list if with_main else "/dev/null", apt_options)
+        return reason.replace(tmp + os.sep, parts + os.sep)  # the files' real names
+
+    def refused_with_ours(candidates, with_main):
+        return not check(candidates, with_main, ours=False) and check(candidates, with_main)
 
     try:
         reason = check(others, True)
         if not reason:
             return "", []
-        if check([], False):  # this source alone is unreadable: not a conflict
-            return reason, []
-        culprits = [path for path in others if check([path], False)]
-        if os.path.isfile(main_list) and check([], True):
+        culprits = [path for path in others if refused_with_ours([path], False)]
+        if os.path.isfile(main_list) and refused_with_ours([], True):
             culprits.append(main_list)
         return reason, culprits
     finally:
@@ -390,7 +391,9 @@ def present(module, files):
         files, params["content"].encode("utf-8"), params["root"], params["apt_options"]
     )
     if reason:
-        hint = "fix the source's content (URIs, Suites, Components, Signed-By)"
+        hint = (
+            "apt names the problem; fix that source (apt-get update shows the same), then run again"
+        )
         if culprits:
             hint = (
                 "%s already declare%s this repository with another signing key (or none), and apt "

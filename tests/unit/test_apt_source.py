@@ -250,6 +250,18 @@ def test_the_same_repository_under_another_key_is_refused_before_any_change(
     assert tree(env["root"]) == before
 
 
+def test_sources_the_host_cannot_read_anyway_are_not_blamed_on_the_repository(env, tmp_path, repo):
+    broken = user_source(env, repo, "broken.list", "")
+    broken.write_text("deb [arch=amd64\n")  # malformed: apt refuses it with or without ours
+    before = tree(env["root"])
+    rc, res, raw = run(env, tmp_path, content=source(env, f"file://{repo}"),
+                       keyring_src=str(env["key"]))  # fmt: skip
+    assert rc == 1, raw
+    assert res["cause"] == "other" and res["conflicting"] == []
+    assert str(broken) in res["msg"] and "Nothing was changed. Hint: apt names" in res["msg"]
+    assert tree(env["root"]) == before
+
+
 def test_the_same_repository_under_the_same_key_is_accepted(env, tmp_path, repo):
     keyring = env["root"] / "usr/share/keyrings/gpustack-t1.gpg"
     user_source(env, repo, "same.list", f"[signed-by={keyring}] ")
