@@ -16,10 +16,10 @@ description:
     credentials C(/etc/apt/auth.conf.d/gpustack-<name>.conf) (0600, apt_auth.conf(5)); the
     source never carries credentials. Before the first change it records what was there in
     C(/var/lib/gpustack/apt-txn/<name>.json) (0600). Before writing anything (and in check mode)
-    it asks apt whether it can still read every source of the host with this one in place: a
-    source the host already has for the same repository with another keyring (or with none, as
-    NVIDIA's install guides and C(cuda-keyring) write them) makes apt refuse all of its sources;
-    the module then fails naming that file, and changes nothing. Then it runs C(apt-get update)
+    it asks apt whether it can still read every source of the host with this one in place. A
+    source the host already has for the same repository with another keyring, or with none (as
+    NVIDIA's install guides and C(cuda-keyring) write them), makes apt refuse all of its
+    sources; the module then fails naming that file, and changes nothing. Then it runs C(apt-get update)
     for this source alone; when apt cannot use it (HTTP status, DNS, connection, TLS,
     signature), every file is restored from the record and the module fails with apt's own
     reason and a hint.
