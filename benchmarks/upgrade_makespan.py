@@ -15,11 +15,13 @@ Figures per scenario (k = min(max-unavailable, max-parallel), the nodes upgradin
 
 Fleets with varying durations: node i takes t * f_i * (1 + e), where f_i belongs to the node
 (+-20 % jitter; "heavy tail": 5 % of the nodes also 3x slower) and e is new on every upgrade
-(+-10 %: mirror speed, pods to evict). Each fleet is upgraded twice through the real code: the
-first upgrade knows no durations (inventory order), `open_run` carries what it measured into
-the next one, which starts the longest first. The next upgrade's durations are run both ways:
-"inventory order" (what gpustack did before it recorded durations; any order is as good as
-another when durations are unknown) and "longest first" (what it does now).
+(+-10 %: mirror speed, pods to evict). Each fleet is upgraded five times through the real
+code: the first upgrade knows no durations (inventory order), `open_run` carries what it
+measured into the next one, which starts the longest first. The second upgrade's durations are
+run both ways: "inventory order" (what gpustack did before it recorded durations; any order is
+as good as another when durations are unknown) and "longest first" (one measurement per node);
+"longest first 4" is the fifth upgrade, after four measured ones (the run record averages each
+new measurement with the figure it had: the noise of single upgrades fades).
 
 Ordering at equal instants: the orchestrator starts a node only after collecting the nodes that
 finished (uncordoned) at that instant, so uncordons at time T are applied before cordons at T.
@@ -52,6 +54,7 @@ TARGET = Target(version=VERSION)
 GPUS_PER_NODE = 8
 EVICT_S, VALIDATE_S = 30.0, 60.0  # of each node's t; the host upgrade takes the rest
 TARGET_RATIO = 1.05
+MEASURED = 4  # upgrades measured before the one of the last column (a fleet upgraded now and then)
 
 
 class SimulatedFleet:
@@ -189,9 +192,10 @@ def simulate(sc: Scenario, seed: int = 42) -> dict:
 
 
 def simulate_upgrades(sc: Scenario, seed: int) -> dict[str, dict]:
-    """Three upgrades of one fleet: the first knows no durations; the second runs its times
-    in inventory order (as before durations were recorded) and longest first (one measured
-    upgrade); the third runs longest first on two measurements averaged."""
+    """MEASURED + 1 upgrades of one fleet: the first knows no durations; the second runs its
+    times in inventory order (as before durations were recorded) and longest first (one measured
+    upgrade); the last runs longest first on MEASURED measurements (the run record averages each
+    new one with the figure it had)."""
     rng = random.Random(seed)
     speeds = fleet_speeds(sc, rng)
 
@@ -201,9 +205,11 @@ def simulate_upgrades(sc: Scenario, seed: int) -> dict[str, dict]:
     first, _ = upgrade_once(sc, times(), None)
     durations = times()
     _, inventory = upgrade_once(sc, durations, first, history=False)
-    second, longest = upgrade_once(sc, durations, first)
-    _, longest2 = upgrade_once(sc, times(), second)
-    return {"inventory": inventory, "longest": longest, "longest2": longest2}
+    run, longest = upgrade_once(sc, durations, first)
+    for _ in range(MEASURED - 2):
+        run, _ = upgrade_once(sc, times(), run)
+    _, steady = upgrade_once(sc, times(), run)
+    return {"inventory": inventory, "longest": longest, "steady": steady}
 
 
 def optimum(sc: Scenario, durations: dict[str, float]) -> float | None:
@@ -240,7 +246,7 @@ VARYING = [
 ORDERS = (
     ("inventory", "inventory order"),  # what gpustack did before it recorded durations
     ("longest", "longest first"),  # the next upgrade: one measured upgrade
-    ("longest2", "longest first 2"),  # the one after: two measurements averaged
+    ("steady", f"longest first {MEASURED}"),  # after MEASURED measured upgrades
 )
 HEAD = ("scenario", "order", "k", "makespan/s", "vs ideal", "vs LB", "worst", "vs OPT",
         "min GPUs", "(N-k)*8", "")  # fmt: skip
