@@ -19,10 +19,10 @@ description:
     it asks apt whether it can still read every source of the host with this one in place. A
     source the host already has for the same repository with another keyring, or with none (as
     NVIDIA's install guides and C(cuda-keyring) write them), makes apt refuse all of its
-    sources; the module then fails naming that file, and changes nothing. Then it runs C(apt-get update)
-    for this source alone; when apt cannot use it (HTTP status, DNS, connection, TLS,
-    signature), every file is restored from the record and the module fails with apt's own
-    reason and a hint.
+    sources; the module then fails naming that file, and changes nothing. Then it runs
+    C(apt-get update) for this source alone; when apt cannot use it (HTTP status, DNS,
+    connection, TLS, signature), every file is restored from the record and the module fails
+    with apt's own reason and a hint.
   - The record stays until I(state=commit) (the caller found what it needed in the source) or
     I(state=rollback) (the caller failed later; restores it). A record left by an interrupted
     run means "changed, not proved"; the next I(state=present) refreshes and proves the source

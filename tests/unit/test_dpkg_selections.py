@@ -122,6 +122,18 @@ def test_a_lock_held_past_the_timeout_fails_naming_the_holder(tmp_path):
     assert 2 <= calls(tmp_path) <= 3  # tried, waited a second, tried again
 
 
+def test_dpkg_refusing_before_it_reads_its_input_is_still_a_held_lock(tmp_path):
+    """dpkg checks its lock before it reads the selections: on a held lock it exits while the
+    module still writes them. More than a pipe's worth (64 KiB) makes that write fail for sure;
+    the refusal must still be reported as a held lock, not as 'Error executing command.'."""
+    (tmp_path / "selections").write_text("nvidia-smi\tinstall\n")
+    (tmp_path / "selections.locked").write_text("forever")
+    names = [f"pkg{i:03d}-" + "x" * 400 for i in range(200)]  # unknown to dpkg: 'not present'
+    result = run(tmp_path, names, "hold", lock_timeout=1)
+    assert result["failed"] is True
+    assert result["msg"].startswith("The dpkg lock is still held after 1 s by pid "), result["msg"]
+
+
 def test_without_a_timeout_a_held_lock_fails_at_once(tmp_path):
     (tmp_path / "selections").write_text("nvidia-smi\tinstall\n")
     (tmp_path / "selections.locked").write_text("forever")
