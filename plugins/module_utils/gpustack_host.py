@@ -39,11 +39,15 @@ def slurp(path):
         return os.path.lexists(path), "", str(exc)
 
 
-def run(args):
-    """(rc, stdout, stderr) of a command; a missing binary is rc 127."""
+def run(args, data=None, env=None):
+    """(rc, stdout, stderr) of a command, fed `data` (str) when given; a missing binary is rc
+    127. A command that exits before reading its input (dpkg on a held lock) still gives its own
+    rc and stderr: communicate() ignores the broken pipe (run_command fails on it instead)."""
     try:
-        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        out, err = proc.communicate()
+        stdin = subprocess.PIPE if data is not None else None
+        proc = subprocess.Popen(args, stdin=stdin, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=env)  # fmt: skip
+        out, err = proc.communicate(None if data is None else data.encode("utf-8"))
         return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
     except OSError as exc:
         return 127, "", str(exc)

@@ -87,6 +87,7 @@ import subprocess
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import run
 
 HINTS = {
     "auth": "the mirror refused the credentials: check the user name and password{inputs}",
@@ -287,17 +288,16 @@ def sources_error(source_parts, source_list, apt_options):
             "-o", "Dir::Etc::SourceParts=" + source_parts]  # fmt: skip
     for option in apt_options:
         args += ["-o", option]
-    env = dict(os.environ, LANG="C", LC_ALL="C")
-    try:
-        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-        err = proc.communicate()[1].decode("utf-8", "replace")
-    except OSError as exc:
-        return "cannot run apt-get: %s" % exc
-    if proc.returncode == 0:
+    rc, _out, err = run(args, env=dict(os.environ, LANG="C", LC_ALL="C"))
+    if rc == 0:
         return ""
     lines = [line[2:].strip() for line in err.splitlines() if line.startswith("E:")]
     lines = [line for line in lines if not line.startswith("The list of sources could not be read")]
-    return "; ".join(dict.fromkeys(lines)) or "apt-get indextargets exited %d" % proc.returncode
+    if lines:
+        return "; ".join(dict.fromkeys(lines))
+    if rc == 127:  # run(): the binary could not be started
+        return "cannot run apt-get: %s" % err.strip()
+    return "apt-get indextargets exited %d" % rc
 
 
 def conflicts(files, content, root, apt_options):

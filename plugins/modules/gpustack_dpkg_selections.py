@@ -34,10 +34,10 @@ author: gpustack
 
 import os
 import re
-import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import run
 
 # dpkg's refusals on a held lock (exit 2): "dpkg frontend lock was locked by another process with
 # pid N", "dpkg database lock was locked ...", older "dpkg status database is locked ...".
@@ -70,22 +70,13 @@ def holder(err):
     return "pid %s (%s)" % (found.group(1), cmdline[:160]) if cmdline else "pid " + found.group(1)
 
 
-def run_with_input(argv, data):
-    """(rc, stdout, stderr) of argv fed `data`. dpkg checks its lock before reading its input
-    and exits on a held one: run_command's write then fails (a broken pipe, "Error executing
-    command."); communicate() ignores that and returns dpkg's own refusal."""
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=dict(os.environ, LC_ALL="C"))  # fmt: skip
-    out, err = proc.communicate(data.encode("utf-8"))
-    return proc.returncode, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
-
-
 def set_selections(module, data, timeout):
     """dpkg --set-selections, retried each second while another process holds dpkg's lock."""
     dpkg = module.get_bin_path("dpkg", required=True)
     deadline = time.time() + timeout
     while True:
-        rc, out, err = run_with_input([dpkg, "--set-selections"], data)
+        # dpkg checks its lock before it reads the selections: run() keeps its refusal
+        rc, out, err = run([dpkg, "--set-selections"], data, env=dict(os.environ, LC_ALL="C"))
         if rc == 0:
             return
         if rc != 2 or not LOCKED.search(err) or time.time() >= deadline:

@@ -22,7 +22,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.fixtures import lab_fixtures
-from tests.unit.test_driver_filters import load
+from tests.unit.host_modules import load
 
 MODULE = ROOT / "plugins/modules/gpustack_apt_source.py"
 pytestmark = pytest.mark.skipif(shutil.which("apt-get") is None, reason="needs apt-get")
@@ -93,8 +93,8 @@ def run(env, tmp_path, **args) -> tuple[int, dict, str]:
     params = {"name": "t1", "root": str(env["root"]), "apt_options": env["options"], **args}
     path = tmp_path / "args.json"
     path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": params}))
-    proc = subprocess.run([sys.executable, str(MODULE), str(path)], capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "tests.unit.host_modules", str(MODULE), str(path)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)  # fmt: skip
     return proc.returncode, json.loads(proc.stdout), proc.stdout + proc.stderr
 
 
