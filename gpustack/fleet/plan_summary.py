@@ -71,7 +71,7 @@ def summarize(changes: list[TaskChange]) -> HostPlan:
         msg = details.get("msg")
         if isinstance(msg, dict) and "gpustack_plan" in msg:
             if msg["gpustack_plan"] == "restart":
-                _add(plan.services, f"{msg.get('service')}: would restart")
+                _add(plan.services, f"{msg.get('service')}: would {msg.get('verb') or 'restart'}")
             elif msg["gpustack_plan"] == "reboot":
                 _add(plan.reboots, str(msg.get("reason") or label))
             else:

@@ -198,6 +198,15 @@ def node_status(
         for difference in loaded.get("differences") or []:
             drift.append(f"containerd runs another configuration than its files: {difference}")
 
+    if kind == "docker" and loaded.get("available") and rt.get("wired"):
+        # daemon.json holds the runtime; the running dockerd must have loaded it (a reload lost)
+        row.runtime["restart_needed"] = not loaded.get("runtime_loaded")
+        row.runtime["loaded"] = loaded
+        if not loaded.get("runtime_loaded"):
+            drift.append(
+                f"docker: runtime {name!r} in daemon.json, not loaded by the running daemon"
+            )
+
     if st.get("reboot_required_file"):
         row.reboot_required = True
 

@@ -198,12 +198,7 @@ def docker_daemon_nvidia(
     text, binary="/usr/bin/nvidia-container-runtime", set_default=False, runtime_name="nvidia"
 ):
     """daemon.json with the nvidia runtime merged in; every other key kept, in order."""
-    try:
-        data = json.loads(text) if (text or "").strip() else {}
-    except ValueError as exc:
-        raise AnsibleFilterError("/etc/docker/daemon.json is not valid JSON: %s" % exc) from None
-    if not isinstance(data, dict):
-        raise AnsibleFilterError("/etc/docker/daemon.json must hold a JSON object")
+    data = _daemon_json(text)
     before = copy.deepcopy(data)
     runtimes = data.setdefault("runtimes", {})
     entry = dict(runtimes.get(runtime_name) or {})
@@ -217,18 +212,73 @@ def docker_daemon_nvidia(
     return json.dumps(data, indent=_indent(text)) + "\n"
 
 
-def docker_daemon_without_nvidia(text, runtime_name="nvidia", original_default=None):
-    data = json.loads(text) if (text or "").strip() else {}
-    runtimes = data.get("runtimes", {})
-    runtimes.pop(runtime_name, None)
-    if not runtimes:
-        data.pop("runtimes", None)
+def _daemon_json(text):
+    try:
+        data = json.loads(text) if (text or "").strip() else {}
+    except ValueError as exc:
+        raise AnsibleFilterError("/etc/docker/daemon.json is not valid JSON: %s" % exc) from None
+    if not isinstance(data, dict):
+        raise AnsibleFilterError("/etc/docker/daemon.json must hold a JSON object")
+    return data
+
+
+def docker_daemon_restore(current_text, original_text=None, runtime_name="nvidia"):
+    """daemon.json with gpustack's keys put back as the original had them (uninstall).
+
+    The runtime entry `runtime_name`, and `default-runtime` while it names that entry, take the
+    original's values, or go when the original had none; every other key stays as it is now.
+    The original bytes come back when nothing else was edited since; None when gpustack created
+    the file (no original) and nothing else is left in it.
+    """
+    current = _daemon_json(current_text)
+    original = _daemon_json(original_text) if original_text is not None else {}
+    data = copy.deepcopy(current)
+    runtimes, before = data.get("runtimes"), original.get("runtimes")
+    if isinstance(runtimes, dict):
+        if isinstance(before, dict) and runtime_name in before:
+            runtimes[runtime_name] = before[runtime_name]
+        else:
+            runtimes.pop(runtime_name, None)
+        if not runtimes and "runtimes" not in original:
+            data.pop("runtimes")
     if data.get("default-runtime") == runtime_name:
-        if original_default:
-            data["default-runtime"] = original_default
+        if "default-runtime" in original:
+            data["default-runtime"] = original["default-runtime"]
         else:
             data.pop("default-runtime")
-    return json.dumps(data, indent=_indent(text)) + "\n"
+    if original_text is not None and data == original:
+        return original_text  # untouched since: the user's bytes, formatting and all
+    if original_text is None and not data:
+        return None
+    if data == current:
+        return current_text
+    return json.dumps(data, indent=_indent(current_text)) + "\n"
+
+
+def docker_info(answer):
+    """The runtimes and the default runtime from `docker info` run with the role's format
+    (a command result: rc, stdout); `answered` is false when Docker did not answer."""
+    empty = {"answered": False, "runtimes": {}, "default": None}
+    if not isinstance(answer, dict) or answer.get("rc") != 0:
+        return empty
+    try:
+        data = json.loads(answer.get("stdout") or "")
+    except ValueError:
+        return empty
+    if not isinstance(data, dict) or not isinstance(data.get("runtimes"), dict):
+        return empty
+    return {"answered": True, "runtimes": data["runtimes"], "default": data.get("default")}
+
+
+def docker_loaded(answer, runtime_name="nvidia", binary="/usr/bin/nvidia-container-runtime",
+                  set_default=False):  # fmt: skip
+    """Whether the running dockerd loaded the runtime with that binary (and as its default when
+    asked): what a container started with `--runtime nvidia` (or a RuntimeClass) gets."""
+    info = docker_info(answer)
+    entry = info["runtimes"].get(runtime_name)
+    if not isinstance(entry, dict) or entry.get("path") != binary:
+        return False
+    return not set_default or info["default"] == runtime_name
 
 
 def toml_canonical(text):
@@ -261,6 +311,8 @@ class FilterModule(object):
             "gpustack_containerd_without_nvidia": containerd_without_nvidia,
             "gpustack_containerd_restore": containerd_restore,
             "gpustack_docker_daemon_nvidia": docker_daemon_nvidia,
-            "gpustack_docker_daemon_without_nvidia": docker_daemon_without_nvidia,
+            "gpustack_docker_daemon_restore": docker_daemon_restore,
+            "gpustack_docker_info": docker_info,
+            "gpustack_docker_loaded": docker_loaded,
             "gpustack_toml_canonical": toml_canonical,
         }

@@ -71,9 +71,31 @@ def canonical_dump(text):
     return "\n".join("%s\n%s" % (h, "\n".join(body)) for h, body in sorted(tables))
 
 
+# `docker info` as one JSON object (the container_runtime role asks with the same format).
+DOCKER_INFO_FORMAT = '{"runtimes": {{json .Runtimes}}, "default": {{json .DefaultRuntime}}}'
+
+
+def docker_loaded(name, binary):
+    """Whether the running dockerd loaded the runtime `name` with `binary` (None: no answer)."""
+    rc, out, _ = run(["docker", "info", "--format", DOCKER_INFO_FORMAT])
+    try:
+        runtimes = json.loads(out).get("runtimes") if rc == 0 else None
+    except (ValueError, AttributeError):
+        runtimes = None
+    if not isinstance(runtimes, dict):
+        return None
+    entry = runtimes.get(name)
+    return isinstance(entry, dict) and entry.get("path") == binary
+
+
 def runtime_state(runtime):
-    """containerd: sha256 of the effective configuration and whether it holds the runtime."""
-    if (runtime or {}).get("kind") != "containerd":
+    """containerd: sha256 of the effective configuration and whether it holds the runtime;
+    Docker: whether the running daemon loaded it (a reload lost after daemon.json was written)."""
+    kind = (runtime or {}).get("kind")
+    if kind == "docker":
+        name, binary = runtime.get("name") or "nvidia", runtime.get("binary") or ""
+        return {"loaded": docker_loaded(name, binary)}
+    if kind != "containerd":
         return {}
     rc, out, err = containerd_dump(runtime.get("config") or "/etc/containerd/config.toml")
     if rc != 0:
@@ -162,6 +184,10 @@ def problems(stamp, now, held):
             )
         if current.get("dump_sha256") != recorded.get("dump_sha256"):
             found.append("containerd: effective configuration changed")
+    if recorded.get("spec", {}).get("kind") == "docker" and not now["runtime"].get("loaded"):
+        found.append(
+            "docker: runtime %r not loaded by the running daemon" % recorded["spec"].get("name")
+        )
     return found
 
 

@@ -22,6 +22,7 @@ description:
   - Section loaded - on a containerd host, the runtime handlers the running containerd loaded
     against those of its files, and gpustack's restart-pending marker; fact
     C(gpustack_runtime_loaded) (the check C(gpustack_containerd_loaded) makes during install).
+    On a Docker host, whether the running dockerd loaded the nvidia runtime (C(docker info)).
   - Section headers - whether the package sources offer the running kernel's missing headers
     (C(kernel_headers.available); C(apt-cache policy) loads the whole package cache, so only
     doctor asks; without it C(available) is null unless the headers are installed).
@@ -67,7 +68,8 @@ ansible_facts:
     cri_dockerd); with section status C(gpustack_status) (driver, toolkit, runtime,
     reboot_required_file); with section converged C(gpustack_converged_probe) (stamps,
     apt_lists_age); with section loaded, on containerd, C(gpustack_runtime_loaded) (kind,
-    available, error, differences, restart_pending). roles/gpu_preflight/README.md documents them.
+    available, error, differences, restart_pending; on Docker kind, available, error,
+    runtime_loaded). roles/gpu_preflight/README.md documents them.
   returned: always
   type: dict
 """
@@ -100,6 +102,9 @@ from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host im
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_kubelet import (
     cri_dockerd,
     kubelet,
+)
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_stamps import (
+    docker_loaded,
 )
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_stamps import (
     probe as probe_stamps,
@@ -493,6 +498,15 @@ def main():
             "error": state["loaded"]["error"],
             "differences": state["differences"],
             "restart_pending": state["restart_pending"],
+        }
+    if "loaded" in params["sections"] and kind == "docker":
+        spec = params["runtime"]
+        loaded = docker_loaded(spec["nvidia_name"], spec["nvidia_binary"])
+        facts["gpustack_runtime_loaded"] = {
+            "kind": kind,
+            "available": loaded is not None,
+            "error": "" if loaded is not None else "docker info did not answer",
+            "runtime_loaded": bool(loaded),
         }
     module.exit_json(changed=False, ansible_facts=facts)
 

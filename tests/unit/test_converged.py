@@ -407,3 +407,29 @@ def test_a_mig_layout_set_means_a_full_run_and_unset_keeps_the_fast_path():
     assert (
         "nvidia_mig_config" in converged.extravars(record=False)[converged.INPUTS_VAR]["nvidia_mig"]
     )
+
+
+def test_docker_stamp_needs_the_runtime_loaded_by_the_running_daemon(monkeypatch):
+    spec = {"kind": "docker", "name": "nvidia", "binary": "/usr/bin/ncr"}
+    recorded = {"runtime": {"spec": spec}}
+    loaded = {"runtimes": {"nvidia": {"path": "/usr/bin/ncr"}, "runc": {"path": "runc"}}}
+    answers = [(0, json.dumps(loaded), ""), (0, json.dumps({"runtimes": {}}), ""), (1, "", "x")]
+
+    def run(argv, data=None, env=None):
+        assert argv[:3] == ["docker", "info", "--format"]
+        return answers.pop(0)
+
+    monkeypatch.setattr(module, "run", run)
+
+    def now():
+        return {"files": {}, "packages": {}, "services": {}, "runtime": module.runtime_state(spec)}
+
+    assert module.problems(recorded, now(), set()) == []
+    lost = ["docker: runtime 'nvidia' not loaded by the running daemon"]
+    assert module.problems(recorded, now(), set()) == lost  # a reload lost after the write
+    assert module.problems(recorded, now(), set()) == lost  # Docker not answering
+
+
+def test_the_role_asks_docker_info_with_the_same_format():
+    text = (paths.content_root() / "roles/container_runtime/vars/main.yml").read_text()
+    assert f"__container_runtime_docker_info_format: !unsafe '{module.DOCKER_INFO_FORMAT}'" in text

@@ -49,6 +49,8 @@ def test_summary_sorts_changes_by_kind():
                    {"name": "nvidia-persistenced", "enabled": True}),
         TaskChange("Plan - the runtime would restart", "container_runtime", [],
                    "ansible.builtin.debug", {"msg": {"gpustack_plan": "restart", "service": "containerd"}}),
+        TaskChange("Plan - the runtime would restart", "container_runtime", [], "ansible.builtin.debug",
+                   {"msg": {"gpustack_plan": "restart", "service": "docker", "verb": "reload"}}),
         TaskChange("Plan - reboot", "nvidia_driver", [], "ansible.builtin.debug",
                    {"msg": {"gpustack_plan": "reboot", "reason": "driver 580.1 must replace 575.2"}}),
         TaskChange("Plan only - sources", "nvidia_driver", [], "ansible.builtin.debug",
@@ -60,7 +62,11 @@ def test_summary_sorts_changes_by_kind():
     assert plan.holds == ["nvidia-smi: install -> hold"]
     assert plan.files == [{"path": "/etc/apt/preferences.d/gpustack-nvidia-driver.pref",
                            "task": "nvidia_driver : Pin", "diff": [diff]}]  # fmt: skip
-    assert plan.services == ["nvidia-persistenced: would be enabled", "containerd: would restart"]
+    assert plan.services == [
+        "nvidia-persistenced: would be enabled",
+        "containerd: would restart",
+        "docker: would reload",
+    ]
     assert plan.reboots == ["driver 580.1 must replace 575.2"]
     assert plan.other == [
         "nvidia_driver : Refresh the package lists",

@@ -159,8 +159,43 @@ def test_docker_merge_keeps_every_key_order_and_indent():
 def test_docker_merge_from_nothing_and_undo():
     text = cr.docker_daemon_nvidia("", BIN)
     assert json.loads(text) == {"runtimes": {"nvidia": {"path": BIN, "args": []}}}
-    undone = cr.docker_daemon_without_nvidia(cr.docker_daemon_nvidia(DAEMON, BIN, True))
-    assert json.loads(undone) == json.loads(DAEMON)
+    assert cr.docker_daemon_restore(text, None) is None  # gpustack created it: the file goes
+    merged = cr.docker_daemon_nvidia(DAEMON, BIN, True)
+    assert cr.docker_daemon_restore(merged, DAEMON) == DAEMON  # the user's bytes back
+
+
+def test_docker_restore_keeps_what_the_user_changed_since():
+    merged = json.loads(cr.docker_daemon_nvidia(DAEMON, BIN, True))
+    merged["log-level"] = "debug"  # edited after install
+    merged["runtimes"]["kata"] = {"path": "/usr/bin/kata-runtime"}
+    undone = json.loads(cr.docker_daemon_restore(json.dumps(merged, indent=4), DAEMON))
+    assert undone["log-level"] == "debug"
+    assert set(undone["runtimes"]) == {"crun", "kata"}
+    assert "default-runtime" not in undone
+
+
+def test_docker_restore_gives_back_the_users_own_nvidia_entry_and_default():
+    original = json.dumps(
+        {"runtimes": {"nvidia": {"path": "/opt/nv/runtime"}}, "default-runtime": "nvidia"}
+    )
+    merged = cr.docker_daemon_nvidia(original, BIN, True)
+    assert json.loads(merged)["runtimes"]["nvidia"]["path"] == BIN
+    edited = json.loads(merged) | {"debug": True}
+    undone = json.loads(cr.docker_daemon_restore(json.dumps(edited), original))
+    assert undone == json.loads(original) | {"debug": True}
+
+
+def test_docker_restore_leaves_a_default_runtime_the_user_chose_since():
+    merged = json.loads(cr.docker_daemon_nvidia(DAEMON, BIN, True)) | {"default-runtime": "crun"}
+    undone = json.loads(cr.docker_daemon_restore(json.dumps(merged), DAEMON))
+    assert undone["default-runtime"] == "crun" and "nvidia" not in undone["runtimes"]
+
+
+def test_docker_restore_of_a_file_without_gpustacks_keys_is_byte_for_byte():
+    text = '{"debug": true}\n'
+    assert cr.docker_daemon_restore(text, '{"debug": false}') == text
+    with pytest.raises(cr.AnsibleFilterError, match=r"daemon\.json"):
+        cr.docker_daemon_restore("{", DAEMON)
 
 
 @pytest.mark.parametrize("bad", ["{", "[1, 2]"])
@@ -183,3 +218,20 @@ def test_dumps_compare_by_content_not_by_map_order():
     b = 'imports = ["/b", "/a"]\n[x.runtimes.nvidia]\nt = 2\n[x.runtimes.runc]\nt = 1\n'
     assert cr.toml_canonical(a) == cr.toml_canonical(b)
     assert cr.toml_canonical(a) != cr.toml_canonical(a.replace("t = 2", "t = 3"))
+
+
+def _info(runtimes, default="runc", rc=0):
+    return {"rc": rc, "stdout": json.dumps({"runtimes": runtimes, "default": default})}
+
+
+def test_docker_loaded_reads_what_the_running_daemon_has():
+    # `docker info` of Debian's docker.io 20.10.24 on a lab node, after gpustack's reload
+    loaded = {"nvidia": {"path": BIN}, "runc": {"path": "runc"}}
+    assert cr.docker_loaded(_info(loaded), "nvidia", BIN)
+    assert not cr.docker_loaded(_info(loaded), "nvidia", BIN, set_default=True)
+    assert cr.docker_loaded(_info(loaded, default="nvidia"), "nvidia", BIN, set_default=True)
+    assert not cr.docker_loaded(_info({"nvidia": {"path": "/opt/other"}}), "nvidia", BIN)
+    assert not cr.docker_loaded(_info({"runc": {"path": "runc"}}), "nvidia", BIN)
+    assert not cr.docker_loaded(_info(loaded, rc=1), "nvidia", BIN)  # Docker not answering
+    assert not cr.docker_loaded({"rc": 0, "stdout": "not json"}, "nvidia", BIN)
+    assert cr.docker_info({"rc": 127, "stdout": ""})["answered"] is False

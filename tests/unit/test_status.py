@@ -252,3 +252,18 @@ def test_mig_layout_and_its_drift():
     off = fleet.node_status("n1", {**facts(), "gpustack_mig": mig_fact(mode="Disabled")})
     assert off.mig["layout"] == ["GPU 0: MIG Disabled"]
     assert fleet.node_status("n1", facts()).mig is None  # no layout set: no MIG row
+
+
+def test_docker_with_the_runtime_in_daemon_json_but_not_loaded_is_drift():
+    data = facts(kind="docker")
+    data["gpustack_runtime_loaded"] = {"kind": "docker", "available": True, "runtime_loaded": True}
+    row = fleet.node_status("n1", data)
+    assert row.drift == [] and row.runtime["restart_needed"] is False
+    data["gpustack_runtime_loaded"]["runtime_loaded"] = False  # a reload lost
+    row = fleet.node_status("n1", data)
+    assert row.drift == [
+        "docker: runtime 'nvidia' in daemon.json, not loaded by the running daemon"
+    ]
+    assert row.runtime["restart_needed"] is True
+    data["gpustack_runtime_loaded"] = {"kind": "docker", "available": False, "error": "x"}
+    assert fleet.node_status("n1", data).drift == []  # Docker not answering: nothing to compare
