@@ -40,17 +40,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+HOLD_DRIVER = (
+    "Hold the driver packages so unattended upgrades cannot move them"
+    " (one call, after the dpkg lock)"
+)
 # (task name as ansible-runner reports it, the layer to reset before the trial)
 KILL_POINTS = [
     ("Enable the archive components that carry the NVIDIA driver", "driver"),
     ("Refresh the package lists (at most hourly; at once when sources changed)", "driver"),
     ("Pin the driver version", "driver"),
-    ("Install the driver packages at exactly that version", "driver"),
-    ("Install nvidia-persistenced", "driver"),
-    ("Hold the driver packages so unattended upgrades cannot move them", "driver"),
+    ("Keep the package scripts from starting nvidia-persistenced during the transaction", "driver"),
+    ("Install the driver packages at exactly that version (and nvidia-persistenced)", "driver"),
+    (HOLD_DRIVER, "driver"),
     ("Write the repository source", "toolkit"),
     ("Install the toolkit packages at exactly that version", "toolkit"),
-    ("Hold the toolkit packages", "toolkit"),
+    ("Hold the toolkit packages (one call, after the dpkg lock)", "toolkit"),
     ("Record what existed before gpustack's first change", "runtime"),
     ("Mark a containerd restart pending (files about to change)", "runtime"),
     ("Write the nvidia runtime drop-in", "runtime"),
@@ -70,8 +74,8 @@ UNINSTALL_POINTS = [
 ]  # fmt: skip
 UPGRADE_POINTS = [
     ("Pin the driver version", "old"),
-    ("Install the driver packages at exactly that version", "old"),
-    ("Hold the driver packages so unattended upgrades cannot move them", "old"),
+    ("Install the driver packages at exactly that version (and nvidia-persistenced)", "old"),
+    (HOLD_DRIVER, "old"),
 ]
 LAYERS = {"driver": "driver,toolkit,runtime", "toolkit": "toolkit,runtime", "runtime": "runtime"}
 DRIVER_HELD = {"nvidia-kernel-dkms", "nvidia-smi", "libcuda1", "nvidia-persistenced"}
@@ -198,6 +202,12 @@ def node_checks(lab: Lab, command: str) -> list[str]:
             pending = lab.node(host, "test -e /var/lib/gpustack/containerd.restart-pending")
             if pending.returncode == 0:
                 problems.append(f"{host}: containerd restart still pending")
+            if "driver" in lab.expect:
+                # masked (runtime) only for the driver's apt transaction: a kill inside it leaves
+                # the mask, and the re-run must lift it
+                state = lab.node(host, "systemctl is-enabled nvidia-persistenced").stdout.strip()
+                if state != "enabled":
+                    problems.append(f"{host}: nvidia-persistenced {state or 'unknown'}")
         elif holds & (DRIVER_HELD | TOOLKIT_HELD):
             problems.append(f"{host}: still held after uninstall: {sorted(holds)}")
     return problems

@@ -149,6 +149,14 @@ def node_status(
         for name, entry in row.driver["companions"].items():
             if not entry["ok"]:
                 drift.append(f"companion {name} {entry['installed']}: {entry['problem']}")
+        unit = st_driver.get("persistenced") or {}
+        wanted = str(inputs.get("nvidia_driver_persistenced")).lower() in ("1", "true", "yes")
+        if unit.get("enabled") not in (None, "enabled") and wanted:
+            left = " (left by a run stopped in the driver's apt transaction)"
+            drift.append(
+                f"nvidia-persistenced {unit['enabled'] or 'unknown'}: install enables it"
+                + (left if unit["enabled"] == "masked-runtime" else "")
+            )
         if row.gpu_count and not loaded:
             drift.append(f"driver {installed} not loaded")
         elif loaded and not loaded_is_installed(installed, loaded):

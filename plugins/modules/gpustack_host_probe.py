@@ -96,6 +96,7 @@ from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host im
     read,
     run,
     service_active,
+    service_states,
     toml_has_runtime,
     which,
 )
@@ -445,12 +446,17 @@ def status(params, kind):
     held = holds()
     driver_pin = read(spec["driver_pin"])
     toolkit_pin = read(spec["toolkit_pin"])
+    # The driver role enables it; masked (runtime) only during its apt transaction, so a mask
+    # seen here was left by a run stopped inside that transaction.
+    unit = "nvidia-persistenced.service"
+    persistenced = service_states([unit])[unit] if "nvidia-persistenced" in driver_pkgs else None
     return {
         "driver": {
             "packages": driver_pkgs,
             "held": [p for p in held if p in driver_pkgs],
             "pinned_version": pinned_version(driver_pin),
             "pins": pins(driver_pin),
+            "persistenced": persistenced,
         },
         "toolkit": {
             "installed_version": toolkit_pkgs.get("nvidia-container-toolkit"),

@@ -186,6 +186,20 @@ def test_status_and_doctor_show_no_device(lab):
         assert not [d for d in drift[host] if d.startswith("driver")], drift[host]
 
 
+def test_a_mask_left_by_a_stopped_run_is_drift_and_install_lifts_it(lab):
+    # what a run killed inside the driver's apt transaction leaves (benchmarks/kill_rerun.py)
+    host = nodes()[0]
+    ssh(lab, host, "systemctl mask --runtime nvidia-persistenced.service")
+    doc = json.loads(run_cli("status", str(lab), "--output", "json").stdout)
+    assert (
+        "nvidia-persistenced masked-runtime: install enables it"
+        " (left by a run stopped in the driver's apt transaction)"
+    ) in doc["drift"][host], doc["drift"][host]
+    assert install(lab, "-e", f"nvidia_driver_version={OLD}")["rc"] == 0  # fast path sees it too
+    unit = "nvidia-persistenced.service"
+    assert ssh(lab, host, f"systemctl is-enabled {unit}").stdout.strip() == "enabled"
+
+
 def test_required_gpu_fails_the_host(lab):
     doc = install(lab, "-e", f"nvidia_driver_version={OLD}", "-e", "gpustack_require_gpu=true",
                   "--limit", nodes()[0])  # fmt: skip

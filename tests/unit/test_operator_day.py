@@ -453,3 +453,25 @@ def test_status_shows_a_node_moved_after_its_upgrade_was_recorded_done():
     ]
     (row,) = fleet.status_rows(hosts, None, {"a": "upgrade-done"}, Target(branch="535"))
     assert row.drift == []
+
+
+def test_every_kill_point_names_a_task_the_roles_have():
+    """A renamed task must not leave the kill-and-rerun campaign waiting for a name that never
+    starts (its trials then end without a kill at that point)."""
+    import glob
+    import re
+
+    from benchmarks import kill_rerun
+
+    names = []  # task names (list items), not modules' `name:` parameters
+    for path in glob.glob(str(ROOT / "roles/*/tasks/*.yml")) + glob.glob(
+        str(ROOT / "playbooks/*.yml")
+    ):
+        text = Path(path).read_text()
+        names += [m.strip().strip("\"'") for m in re.findall(r"^\s*- name:\s*(.+)$", text, re.M)]
+    # a name with a template matches its rendered form ("... of {{ gpu_converged_role }}")
+    patterns = [re.compile(re.sub(r"\\\{\\\{.*?\\\}\\\}", ".+", re.escape(n)) + "$") for n in names]
+    assert not [p.pattern for p in patterns if p.pattern == ".+$"]
+    points = kill_rerun.KILL_POINTS + kill_rerun.UNINSTALL_POINTS + kill_rerun.UPGRADE_POINTS
+    missing = [point for point, _ in points if not any(p.match(point) for p in patterns)]
+    assert missing == []

@@ -267,3 +267,22 @@ def test_docker_with_the_runtime_in_daemon_json_but_not_loaded_is_drift():
     assert row.runtime["restart_needed"] is True
     data["gpustack_runtime_loaded"] = {"kind": "docker", "available": False, "error": "x"}
     assert fleet.node_status("n1", data).drift == []  # Docker not answering: nothing to compare
+
+
+def test_nvidia_persistenced_not_enabled_is_drift_and_a_left_mask_says_why():
+    data = facts()
+    driver = data["gpustack_status"]["driver"]
+    driver["persistenced"] = {"enabled": "enabled", "active": "inactive"}
+    assert fleet.node_status("n1", data).drift == []
+    driver["persistenced"] = {"enabled": "masked-runtime", "active": "inactive"}
+    assert fleet.node_status("n1", data).drift == [
+        "nvidia-persistenced masked-runtime: install enables it"
+        " (left by a run stopped in the driver's apt transaction)"
+    ]
+    driver["persistenced"] = {"enabled": "disabled", "active": "inactive"}
+    assert fleet.node_status("n1", data).drift == [
+        "nvidia-persistenced disabled: install enables it"
+    ]
+    data = facts(inputs={"nvidia_driver_persistenced": False})
+    data["gpustack_status"]["driver"]["persistenced"] = {"enabled": "disabled", "active": ""}
+    assert fleet.node_status("n1", data).drift == []  # not wanted: not drift
