@@ -270,15 +270,16 @@ def docker_info(answer):
     return {"answered": True, "runtimes": data["runtimes"], "default": data.get("default")}
 
 
-def docker_loaded(answer, runtime_name="nvidia", binary="/usr/bin/nvidia-container-runtime",
-                  set_default=False):  # fmt: skip
-    """Whether the running dockerd loaded the runtime with that binary (and as its default when
-    asked): what a container started with `--runtime nvidia` (or a RuntimeClass) gets."""
+def docker_loaded(answer, want):
+    """Whether the running dockerd loaded the runtime `want["name"]` with `want["binary"]` (and
+    as its default when `want["default"]`): what a container started with `--runtime nvidia` (or
+    a RuntimeClass) gets."""
     info = docker_info(answer)
-    entry = info["runtimes"].get(runtime_name)
-    if not isinstance(entry, dict) or entry.get("path") != binary:
+    entry = info["runtimes"].get(want["name"])
+    if not isinstance(entry, dict) or entry.get("path") != want["binary"]:
         return False
-    return not set_default or info["default"] == runtime_name
+    set_default = str(want.get("default")).lower() in ("1", "true", "yes")
+    return not set_default or info["default"] == want["name"]
 
 
 def toml_canonical(text):

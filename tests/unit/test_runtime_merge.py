@@ -224,14 +224,17 @@ def _info(runtimes, default="runc", rc=0):
     return {"rc": rc, "stdout": json.dumps({"runtimes": runtimes, "default": default})}
 
 
+WANT = {"name": "nvidia", "binary": BIN, "default": False}
+
+
 def test_docker_loaded_reads_what_the_running_daemon_has():
     # `docker info` of Debian's docker.io 20.10.24 on a lab node, after gpustack's reload
     loaded = {"nvidia": {"path": BIN}, "runc": {"path": "runc"}}
-    assert cr.docker_loaded(_info(loaded), "nvidia", BIN)
-    assert not cr.docker_loaded(_info(loaded), "nvidia", BIN, set_default=True)
-    assert cr.docker_loaded(_info(loaded, default="nvidia"), "nvidia", BIN, set_default=True)
-    assert not cr.docker_loaded(_info({"nvidia": {"path": "/opt/other"}}), "nvidia", BIN)
-    assert not cr.docker_loaded(_info({"runc": {"path": "runc"}}), "nvidia", BIN)
-    assert not cr.docker_loaded(_info(loaded, rc=1), "nvidia", BIN)  # Docker not answering
-    assert not cr.docker_loaded({"rc": 0, "stdout": "not json"}, "nvidia", BIN)
+    assert cr.docker_loaded(_info(loaded), WANT)
+    assert not cr.docker_loaded(_info(loaded), WANT | {"default": True})
+    assert cr.docker_loaded(_info(loaded, default="nvidia"), WANT | {"default": True})
+    assert not cr.docker_loaded(_info({"nvidia": {"path": "/opt/other"}}), WANT)
+    assert not cr.docker_loaded(_info({"runc": {"path": "runc"}}), WANT)
+    assert not cr.docker_loaded(_info(loaded, rc=1), WANT)  # Docker not answering
+    assert not cr.docker_loaded({"rc": 0, "stdout": "not json"}, WANT)
     assert cr.docker_info({"rc": 127, "stdout": ""})["answered"] is False
