@@ -222,6 +222,15 @@ def _daemon_json(text):
     return data
 
 
+def docker_daemon_error(text):
+    """Why daemon.json cannot be merged ('' when it can); checked before anything is written."""
+    try:
+        _daemon_json(text)
+    except AnsibleFilterError as exc:
+        return str(exc)
+    return ""
+
+
 def docker_daemon_restore(current_text, original_text=None, runtime_name="nvidia"):
     """daemon.json with gpustack's keys put back as the original had them (uninstall).
 
@@ -312,6 +321,7 @@ class FilterModule(object):
             "gpustack_containerd_without_nvidia": containerd_without_nvidia,
             "gpustack_containerd_restore": containerd_restore,
             "gpustack_docker_daemon_nvidia": docker_daemon_nvidia,
+            "gpustack_docker_daemon_error": docker_daemon_error,
             "gpustack_docker_daemon_restore": docker_daemon_restore,
             "gpustack_docker_info": docker_info,
             "gpustack_docker_loaded": docker_loaded,

@@ -88,6 +88,21 @@ def test_docker_is_the_detected_runtime(lab):
     assert pf["runtime"] == "docker"
 
 
+def test_a_broken_daemon_json_is_refused_before_any_change(lab):
+    inventory, varsfile = lab
+    sh(inventory, "printf '{\"log-level\": ' > /etc/docker/daemon.json")
+    files = "md5sum /etc/docker/daemon.json; ls -A /var/lib/gpustack 2>&1 || true"
+    before = sh(inventory, files)
+    proc = run_cli("install", str(inventory), "-e", f"@{varsfile}", "--full", "--output", "json",
+                   "-t", "container_runtime", timeout=1200)  # fmt: skip
+    assert proc.returncode != 0
+    host = json.loads(proc.stdout)["hosts"][NODE]
+    message = " ".join(f["message"] for f in host["failures"])
+    assert "/etc/docker/daemon.json is not valid JSON" in message and "Hint: fix" in message
+    assert "gpustack changed nothing" in message and host["changed"] == 0, host
+    assert sh(inventory, files) == before
+
+
 def test_install_reloads_docker_and_uninstall_gives_the_file_back(lab):
     inventory, varsfile = lab
     sh(

@@ -202,6 +202,8 @@ def test_docker_restore_of_a_file_without_gpustacks_keys_is_byte_for_byte():
 def test_docker_invalid_daemon_json_is_refused(bad):
     with pytest.raises(cr.AnsibleFilterError, match=r"daemon\.json"):
         cr.docker_daemon_nvidia(bad, BIN)
+    assert "/etc/docker/daemon.json" in cr.docker_daemon_error(bad)
+    assert cr.docker_daemon_error(DAEMON) == "" and cr.docker_daemon_error("") == ""
 
 
 def test_restore_gives_back_the_original_bytes_unless_edited_since():
