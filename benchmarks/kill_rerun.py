@@ -55,19 +55,26 @@ KILL_POINTS = [
     ("Write the repository source", "toolkit"),
     ("Install the toolkit packages at exactly that version", "toolkit"),
     ("Hold the toolkit packages (one call, after the dpkg lock)", "toolkit"),
-    ("Record what existed before gpustack's first change", "runtime"),
-    ("Mark a containerd restart pending (files about to change)", "runtime"),
+    (
+        "Keep what existed before gpustack's first change, mark a containerd restart pending",
+        "runtime",
+    ),
     ("Write the nvidia runtime drop-in", "runtime"),
     ("Import the drop-ins from the main configuration (every other line kept)", "runtime"),
     ("Check the new effective configuration", "runtime"),
-    ("Restart containerd (effective configuration changed, or not loaded yet)", "runtime"),
+    (
+        "Restart containerd (effective configuration changed, or not loaded yet), wait until it "
+        "answers",
+        "runtime",
+    ),
     ("Record the converged stamp of container_runtime", "runtime"),
 ]
 UNINSTALL_POINTS = [
     ("Restore the container runtime configuration", "installed"),
     ("Take the import out of the main configuration (the original back when untouched since)",
      "installed"),
-    ("Restart containerd on its original configuration", "installed"),
+    ("Restart containerd on its original configuration (when changed), wait until it answers",
+     "installed"),
     ("Remove the toolkit packages", "installed"),
     ("Release the holds", "installed"),
     ("Remove the driver packages", "installed"),

@@ -95,6 +95,13 @@ def summarize(changes: list[TaskChange]) -> HostPlan:
             headers = [d.get("after_header") for d in change.diff if d.get("after_header")]
             path = details.get("dest") or details.get("path") or (headers or [label])[0]
             plan.files.append({"path": path, "task": label, "diff": change.diff})
+        elif action == "gpustack_state_files":  # gpustack's own records, backups and markers
+            for item in details.get("changes") or []:
+                diff = [d for d in change.diff if d.get("after_header") == item.get("path")]
+                plan.files.append({"path": item.get("path", "?"), "task": label, "diff": diff})
+        elif action == "gpustack_restart":
+            if details.get("would_restart"):  # check mode (a marker to clear is no restart)
+                _add(plan.services, f"{details.get('name', '?')}: would restart")
         elif action in _SERVICE_ACTIONS:
             state = details.get("state") or ("enabled" if details.get("enabled") else "changed")
             _add(plan.services, f"{details.get('name', '?')}: would be {state}")

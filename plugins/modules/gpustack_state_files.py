@@ -1,0 +1,152 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""gpustack's own files on a host (its records, backups, markers), written in one call, in order."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: gpustack_state_files
+short_description: Write gpustack's own state files and directories in one call, in order
+description:
+  - Goes through C(items) in the order given and stops at the first failure, so a run killed
+    part-way leaves the earlier items done and the later ones not. container_runtime relies on
+    it, as the user's original configuration is kept before the record that says it was kept,
+    and the restart-pending marker is written before the configuration changes.
+  - A directory item is created (parents too) with its mode. A file item is written atomically
+    (a temporary file in the same directory, then a rename) with its mode, from C(content), or
+    as a copy of the host file C(src). C(keep) writes it only when the destination does not exist
+    yet (as copy's C(force=false)). An item with C(write=false) is passed over.
+  - For gpustack's own files only; the user's configuration files are written by
+    ansible.builtin.copy (backup, validation, ownership).
+  - Check mode writes nothing and reports what would change; diff mode gives the before and after
+    of content items.
+options:
+  items:
+    type: list
+    elements: dict
+    required: true
+    description:
+      - "dest: the path (required); state: file (default) or directory; content or src (file
+        items); mode (octal string; 0644 for files, 0755 for directories); keep (bool); write
+        (bool, default true)."
+author: gpustack
+"""
+
+RETURN = r"""
+changes:
+  description: What changed (or would change in check mode), in order.
+  type: list
+  elements: dict
+  sample: [{"path": "/var/lib/gpustack/container_runtime.json", "action": "created"}]
+"""
+
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+
+_KEYS = {"dest", "state", "content", "src", "mode", "keep", "write"}
+
+
+def _mode(item, default):
+    text = str(item.get("mode") or default)
+    try:
+        return int(text, 8)
+    except ValueError:
+        raise ValueError("%s: mode %r is not an octal mode" % (item["dest"], text)) from None
+
+
+def _read(path):
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except (IOError, OSError):
+        return None
+
+
+def _directory(module, item, changes):
+    path, mode = item["dest"], _mode(item, "0755")
+    if os.path.isdir(path):
+        if os.stat(path).st_mode & 0o7777 == mode:
+            return
+        action = "mode"
+    else:
+        action = "created"
+    if not module.check_mode:
+        if action == "created":
+            os.makedirs(path, mode)
+        os.chmod(path, mode)  # makedirs applies the umask
+    changes.append({"path": path, "action": action})
+
+
+def _file(module, item, changes, diffs):
+    path, mode = item["dest"], _mode(item, "0644")
+    before = _read(path)
+    if before is not None and item.get("keep"):
+        return
+    if item.get("src"):
+        data = _read(item["src"])
+        if data is None:
+            raise ValueError("%s: cannot read %s to copy it" % (path, item["src"]))
+    else:
+        data = (item.get("content") or "").encode("utf-8")
+    if before == data and os.stat(path).st_mode & 0o7777 == mode:
+        return
+    action = "created" if before is None else ("updated" if before != data else "mode")
+    changes.append({"path": path, "action": action})
+    if module._diff and not item.get("src"):
+        diffs.append({
+            "before_header": path, "after_header": path,
+            "before": (before or b"").decode("utf-8", "replace"), "after": data.decode("utf-8"),
+        })  # fmt: skip
+    if module.check_mode:
+        return
+    prefix = "." + os.path.basename(path) + "."
+    handle, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=prefix)
+    try:
+        with os.fdopen(handle, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        module.atomic_move(tmp, path)
+        os.chmod(path, mode)  # atomic_move keeps an existing destination's mode
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(items=dict(type="list", elements="dict", required=True)),
+        supports_check_mode=True,
+    )
+    changes, diffs = [], []
+    for item in module.params["items"]:
+        unknown = set(item) - _KEYS
+        if unknown or not item.get("dest"):
+            known = ", ".join(sorted(_KEYS))
+            module.fail_json(msg="item %r: needs dest, knows only %s" % (item, known))
+        if not module.boolean(item.get("write", True)):
+            continue
+        item = dict(item, keep=module.boolean(item.get("keep", False)))
+        try:
+            if item.get("state", "file") == "directory":
+                _directory(module, item, changes)
+            elif item.get("state", "file") == "file":
+                _file(module, item, changes, diffs)
+            else:
+                raise ValueError("%s: state must be file or directory" % item["dest"])
+        except (ValueError, IOError, OSError) as exc:
+            msg = "gpustack could not write its state files: %s" % exc
+            module.fail_json(msg=msg, changes=changes)
+    result = dict(changed=bool(changes), changes=changes)
+    if diffs:
+        result["diff"] = diffs
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

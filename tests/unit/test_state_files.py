@@ -1,0 +1,201 @@
+"""gpustack_state_files and gpustack_restart (plugins/modules, used by roles/container_runtime):
+gpustack's own state files written in one call and in order; a service restarted, waited for
+and its markers cleared in one call.
+
+The modules run as scripts, as Ansible runs them; gpustack_restart against a TEST DOUBLE of
+systemctl (it logs its arguments; a unit named `broken` fails to restart). On lab nodes both run
+against real systemd and containerd (tests/lab/test_runtime.py, test_kill_rerun.py) and Docker
+(tests/lab/test_docker_engine.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from gpustack.ansible.results import TaskChange
+from gpustack.fleet.plan_summary import summarize
+from tests.conftest import ROOT
+
+STATE_FILES = ROOT / "plugins/modules/gpustack_state_files.py"
+RESTART = ROOT / "plugins/modules/gpustack_restart.py"
+FAKE_SYSTEMCTL = """#!/bin/sh
+# TEST DOUBLE (gpustack unit tests): logs its arguments; `restart broken.service` fails.
+echo "$*" >> "$FAKE_DIR/systemctl.log"
+if [ "$1" = restart ] && [ "$2" = broken.service ]; then
+  echo "Job for broken.service failed because the control process exited with error code." >&2
+  exit 1
+fi
+exit 0
+"""
+
+
+def run(tmp_path, module, args, check=False, diff=False) -> dict:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "systemctl").write_text(FAKE_SYSTEMCTL)
+    (bin_dir / "systemctl").chmod(0o755)
+    path = tmp_path / "args.json"
+    path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {
+        **args, "_ansible_check_mode": check, "_ansible_diff": diff}}))  # fmt: skip
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_DIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "tests.unit.host_modules", str(module), str(path)],
+                          capture_output=True, text=True, cwd=ROOT, env=env)  # fmt: skip
+    return json.loads(proc.stdout)
+
+
+def items(tmp_path, marker=True):
+    state = tmp_path / "state"
+    return [
+        {"dest": str(state), "state": "directory"},
+        {"dest": str(state / "config.toml.orig"), "src": str(tmp_path / "config.toml"),
+         "mode": "0600", "keep": True, "write": (tmp_path / "config.toml").exists()},
+        {"dest": str(state / "record.json"), "content": '{"kind": "containerd"}\n', "keep": True},
+        {"dest": str(state / "restart-pending"), "content": "pending\n", "write": marker},
+        {"dest": str(tmp_path / "conf.d"), "state": "directory"},
+    ]  # fmt: skip
+
+
+def mode(path) -> int:
+    return path.stat().st_mode & 0o7777
+
+
+def test_writes_in_order_with_modes_then_changes_nothing(tmp_path):
+    (tmp_path / "config.toml").write_text("version = 2\n# the user's\n")
+    first = run(tmp_path, STATE_FILES, {"items": items(tmp_path)})
+    state = tmp_path / "state"
+    assert first["changed"] is True
+    assert [c["path"] for c in first["changes"]] == [
+        str(state), str(state / "config.toml.orig"), str(state / "record.json"),
+        str(state / "restart-pending"), str(tmp_path / "conf.d")]  # fmt: skip
+    assert (state / "config.toml.orig").read_text() == "version = 2\n# the user's\n"
+    assert mode(state / "config.toml.orig") == 0o600
+    assert mode(state / "record.json") == 0o644 and mode(state) == 0o755
+    assert not [p for p in os.listdir(state) if p.startswith(".")]  # no temporary file left
+    again = run(tmp_path, STATE_FILES, {"items": items(tmp_path)})
+    assert again == {**again, "changed": False, "changes": []}
+
+
+def test_keep_leaves_an_existing_file_alone_and_others_are_rewritten(tmp_path):
+    (tmp_path / "config.toml").write_text("version = 2\n")
+    run(tmp_path, STATE_FILES, {"items": items(tmp_path)})
+    (tmp_path / "config.toml").write_text("version = 2\n# changed by gpustack since\n")
+    (tmp_path / "state/record.json").write_text("older record\n")
+    (tmp_path / "state/restart-pending").write_text("other\n")
+    result = run(tmp_path, STATE_FILES, {"items": items(tmp_path)})
+    assert result["changes"] == [{"path": str(tmp_path / "state/restart-pending"),
+                                  "action": "updated"}]  # fmt: skip
+    assert (tmp_path / "state/config.toml.orig").read_text() == "version = 2\n"  # the original
+    assert (tmp_path / "state/record.json").read_text() == "older record\n"
+
+
+def test_write_false_and_a_missing_source_without_write(tmp_path):
+    result = run(tmp_path, STATE_FILES, {"items": items(tmp_path, marker=False)})
+    assert not (tmp_path / "state/restart-pending").exists()
+    assert not (tmp_path / "state/config.toml.orig").exists()  # no main configuration: no backup
+    assert str(tmp_path / "state/record.json") in [c["path"] for c in result["changes"]]
+
+
+def test_check_mode_writes_nothing_and_diff_shows_content(tmp_path):
+    (tmp_path / "config.toml").write_text("version = 2\n")
+    result = run(tmp_path, STATE_FILES, {"items": items(tmp_path)}, check=True, diff=True)
+    assert result["changed"] is True and len(result["changes"]) == 5
+    assert not (tmp_path / "state").exists() and not (tmp_path / "conf.d").exists()
+    assert {d["after_header"]: d["after"] for d in result["diff"]} == {
+        str(tmp_path / "state/record.json"): '{"kind": "containerd"}\n',
+        str(tmp_path / "state/restart-pending"): "pending\n"}  # fmt: skip
+    plan = summarize([TaskChange(task="Keep what existed", action=
+                                 "gpustack.gpustack.gpustack_state_files", role="container_runtime",
+                                 diff=result["diff"], details=result)])  # fmt: skip
+    assert [f["path"] for f in plan.files] == [c["path"] for c in result["changes"]]
+    assert plan.files[2]["diff"][0]["after"] == '{"kind": "containerd"}\n'
+
+
+def test_stops_at_the_first_failure_with_what_was_done(tmp_path):
+    bad = [{"dest": str(tmp_path / "a"), "content": "a\n"},
+           {"dest": str(tmp_path / "b"), "src": str(tmp_path / "missing")},
+           {"dest": str(tmp_path / "c"), "content": "c\n"}]  # fmt: skip
+    result = run(tmp_path, STATE_FILES, {"items": bad})
+    assert result["failed"] is True and "cannot read" in result["msg"]
+    assert (tmp_path / "a").exists() and not (tmp_path / "c").exists()
+    assert result["changes"] == [{"path": str(tmp_path / "a"), "action": "created"}]
+    unknown = run(tmp_path, STATE_FILES, {"items": [{"dest": str(tmp_path / "d"), "contnet": "x"}]})
+    assert unknown["failed"] is True and "knows only" in unknown["msg"]
+
+
+def test_restart_waits_then_clears_the_marker(tmp_path):
+    marker = tmp_path / "restart-pending"
+    marker.write_text("pending\n")
+    ready = tmp_path / "ready"
+    # answers on the second try: the first poll creates the file the second one finds
+    wait = ["sh", "-c", f"test -e {ready} || {{ touch {ready}; echo not yet >&2; exit 1; }}"]
+    result = run(tmp_path, RESTART, {"name": "containerd", "wait": wait, "remove": [str(marker)]})
+    assert result["changed"] is True and result["restarted"] is True
+    assert result["removed"] == [str(marker)] and not marker.exists()
+    assert 0.9 <= result["waited_s"] < 5
+    assert (tmp_path / "systemctl.log").read_text() == "restart containerd.service\n"
+
+
+def test_restart_false_only_waits_and_reset_failed_comes_first(tmp_path):
+    result = run(tmp_path, RESTART, {"name": "containerd", "restart": False, "wait": ["true"]})
+    assert result["changed"] is False and not (tmp_path / "systemctl.log").exists()
+    run(tmp_path, RESTART, {"name": "docker", "reset_failed": True})
+    assert (tmp_path / "systemctl.log").read_text().splitlines() == [
+        "reset-failed docker.service", "restart docker.service"]  # fmt: skip
+
+
+def test_restart_failures_name_the_reason_and_keep_the_marker(tmp_path):
+    marker = tmp_path / "restart-pending"
+    marker.write_text("pending\n")
+    failed = run(tmp_path, RESTART, {"name": "broken", "remove": [str(marker)]})
+    assert failed["failed"] is True
+    assert failed["msg"] == ("systemctl restart broken failed: Job for broken.service failed "
+                             "because the control process exited with error code.")  # fmt: skip
+    silent = run(
+        tmp_path,
+        RESTART,
+        {
+            "name": "containerd",
+            "timeout": 1,
+            "remove": [str(marker)],
+            "wait": ["sh", "-c", "echo 'connection refused' >&2; exit 1"],
+        },
+    )
+    assert silent["failed"] is True and marker.exists()
+    assert silent["msg"] == ("containerd did not answer `sh -c echo 'connection refused' >&2; "
+                             "exit 1` within 1 s: connection refused")  # fmt: skip
+
+
+def test_restart_check_mode_does_nothing_and_plan_says_restart(tmp_path):
+    marker = tmp_path / "restart-pending"
+    marker.write_text("pending\n")
+    result = run(tmp_path, RESTART, {"name": "docker", "remove": [str(marker)]}, check=True)
+    assert result["changed"] is True and marker.exists()
+    assert not (tmp_path / "systemctl.log").exists()
+    plan = summarize(
+        [
+            TaskChange(
+                task="Restart Docker",
+                role="container_runtime",
+                action="gpustack.gpustack.gpustack_restart",
+                details=result,
+            )
+        ]
+    )
+    assert plan.services == ["docker: would restart"]
+    cleared = run(tmp_path, RESTART, {"name": "containerd", "restart": False,
+                                      "remove": [str(marker)]}, check=True)  # fmt: skip
+    assert cleared["changed"] is True
+    plan = summarize(
+        [
+            TaskChange(
+                task="Wait",
+                role="container_runtime",
+                action="gpustack.gpustack.gpustack_restart",
+                details=cleared,
+            )
+        ]
+    )
+    assert plan.services == [] and plan.other == []
