@@ -41,7 +41,16 @@ options:
   keyring_src:
     type: path
     default: ""
-    description: Keyring file to install; empty keeps the keyring as it is.
+    description: Keyring file to install; empty (and no I(key)) keeps the keyring as it is.
+  key:
+    type: path
+    default: ""
+    description:
+      - The signing key as fetched (armored); its fingerprint must end with I(key_fingerprint),
+        else the module fails before anything is written. It is converted to the keyring
+        (C(gpg --dearmor)) in memory. Used instead of I(keyring_src).
+  key_fingerprint: {type: str, default: "", description: The pinned fingerprint (or its tail).}
+  key_location: {type: str, default: "", description: Where the key came from (for messages).}
   auth_machine:
     type: str
     default: ""
@@ -344,6 +353,40 @@ def old_backups(source_path):
     return sorted(glob.glob(glob.escape(source_path) + ".*~"))
 
 
+def fingerprints(module, key):
+    """The fingerprints gpg reads in the key file (upper case)."""
+    rc, out, _err = module.run_command(["gpg", "--batch", "--show-keys", "--with-colons", key])
+    if rc != 0:
+        return []
+    return [line.split(":")[9].upper() for line in out.splitlines()
+            if line.startswith("fpr:") and len(line.split(":")) > 9]  # fmt: skip
+
+
+def keyring_from_key(module, params):
+    """The keyring from the fetched key, after its fingerprint was checked (None: no key file)."""
+    armored = read(params["key"])
+    if armored is None:
+        return None
+    found = fingerprints(module, params["key"])
+    pinned = params["key_fingerprint"].replace(" ", "").upper()
+    if pinned and not any(f.endswith(pinned) for f in found):
+        module.fail_json(
+            msg="The key at %s has fingerprint(s) %s, not %s. Nothing was installed from that "
+            "repository. Hint: check the key URL and the pinned fingerprint."
+            % (params["key_location"] or params["key"], ", ".join(found) or "none",
+               params["key_fingerprint"]),
+            cause="fingerprint",
+        )  # fmt: skip
+    rc, out, err = module.run_command(["gpg", "--batch", "--dearmor"], data=armored,
+                                      binary_data=True, encoding=None)  # fmt: skip
+    if rc != 0 or not out:
+        reason = err.decode("utf-8", "replace").strip()
+        where = params["key_location"] or params["key"]
+        msg = "gpg could not convert the key at %s to a keyring: %s" % (where, reason)
+        module.fail_json(msg=msg)
+    return out
+
+
 def present(module, files):
     params = module.params
     if re.search(r"\s", params["username"] + params["password"]):
@@ -352,7 +395,11 @@ def present(module, files):
             "cannot express. Hint: use credentials without spaces or tabs"
         )
     keyring = None
-    if params["keyring_src"]:
+    if params["key"]:
+        keyring = keyring_from_key(module, params)
+        if keyring is None and not module.check_mode:
+            module.fail_json(msg="signing key %s is missing" % params["key"])
+    elif params["keyring_src"]:
         keyring = read(params["keyring_src"])
         if keyring is None and not module.check_mode:
             module.fail_json(msg="keyring %s is missing" % params["keyring_src"])
@@ -363,7 +410,7 @@ def present(module, files):
     auth = auth_text(params["auth_machine"], params["username"], params["password"])
     if auth is not None:
         wanted[files["auth"]] = (auth, 0o600)
-    if params["keyring_src"]:
+    if params["key"] or params["keyring_src"]:
         wanted[files["keyring"]] = (keyring or b"", 0o644) if keyring is not None else "unknown"
     for backup in old_backups(files["source"]):
         wanted[backup] = None
@@ -461,6 +508,9 @@ def main():
             state=dict(type="str", default="present", choices=["present", "commit", "rollback"]),
             content=dict(type="str", default=""),
             keyring_src=dict(type="path", default=""),
+            key=dict(type="path", default=""),
+            key_fingerprint=dict(type="str", default=""),
+            key_location=dict(type="str", default=""),
             auth_machine=dict(type="str", default=""),
             username=dict(type="str", default=""),
             password=dict(type="str", default="", no_log=True),

@@ -293,3 +293,42 @@ def test_apt_error_parsing_and_causes():
         "signature"
     )
     assert m.classify(["503  Service Unavailable"]) == "server"
+
+
+def _fingerprint(armored: Path) -> str:
+    out = subprocess.run(["gpg", "--batch", "--show-keys", "--with-colons", str(armored)],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    return next(line.split(":")[9] for line in out.splitlines() if line.startswith("fpr:"))
+
+
+def test_the_fetched_key_is_checked_and_dearmored_in_the_same_call(env, tmp_path, repo):
+    """key + key_fingerprint: the keyring written is gpg --dearmor of the fetched key (as the role's
+    separate gpg calls made it before they were folded into the module)."""
+    armored = repo / "gpgkey"
+    tail = _fingerprint(armored)[-16:].lower()  # the tail, in lower case, is enough
+    rc, res, raw = run(env, tmp_path, content=source(env, f"file://{repo}"), key=str(armored),
+                       key_fingerprint=tail, key_location="file:///mirror/gpgkey")  # fmt: skip
+    assert rc == 0, raw
+    keyring = env["root"] / "usr/share/keyrings/gpustack-t1.gpg"
+    assert keyring.read_bytes() == env["key"].read_bytes()
+    assert keyring.stat().st_mode & 0o777 == 0o644 and res["refreshed"]
+
+
+def test_a_key_with_another_fingerprint_is_refused_before_anything_is_written(env, tmp_path, repo):
+    found = _fingerprint(repo / "gpgkey")
+    pinned = "0123456789ABCDEF0123456789ABCDEF01234567"
+    for check in (False, True):
+        rc, res, _ = run(env, tmp_path, content=source(env, f"file://{repo}"),
+                         key=str(repo / "gpgkey"), key_fingerprint=pinned,
+                         key_location="file:///mirror/gpgkey", _ansible_check_mode=check)  # fmt: skip
+        assert rc != 0 and res["cause"] == "fingerprint"
+        assert res["msg"] == (
+            f"The key at file:///mirror/gpgkey has fingerprint(s) {found}, not {pinned}. Nothing "
+            "was installed from that repository. Hint: check the key URL and the pinned fingerprint."
+        )
+        assert not env["root"].exists()  # no source, keyring or record written
+    not_a_key = tmp_path / "not-a-key"
+    not_a_key.write_text("<html>login page</html>\n")
+    rc, res, _ = run(env, tmp_path, content=source(env, f"file://{repo}"), key=str(not_a_key),
+                     key_fingerprint=pinned)  # fmt: skip
+    assert rc != 0 and "fingerprint(s) none" in res["msg"] and not env["root"].exists()
