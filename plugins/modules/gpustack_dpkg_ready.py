@@ -1,0 +1,101 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+"""Wait for the dpkg/apt locks and look for an interrupted dpkg run: one module call."""
+
+from __future__ import absolute_import, division, print_function
+
+__metaclass__ = type
+
+DOCUMENTATION = r"""
+module: gpustack_dpkg_ready
+short_description: Wait for the dpkg/apt locks, then look for an interrupted dpkg run
+description:
+  - Lists the holders of dpkg's and apt's locks (C(/var/lib/dpkg/lock*), C(/var/lib/apt/lists/lock),
+    C(/var/cache/apt/archives/lock)) with C(lslocks), once a second, until none is held or
+    O(timeout) seconds have passed; then names the holders (pid and command line) in C(holders),
+    for the caller's message. An C(lslocks) that cannot run counts as no holder.
+  - With O(audit), when no lock is held, reads what an interrupted dpkg run leaves (the first
+    entries of C(/var/lib/dpkg/updates), then C(dpkg --audit)) into C(audit); empty means dpkg
+    is usable.
+  - Reads only; runs the same in check mode.
+options:
+  timeout: {type: int, default: 300, description: Seconds to wait for the locks.}
+  audit: {type: bool, default: false, description: Also look for an interrupted dpkg run.}
+author: gpustack
+"""
+
+RETURN = r"""
+holders: {description: "'pid N (command line)' of each holder left at the timeout.", type: list}
+waited_s: {description: Seconds waited for the locks., type: float}
+audit: {description: "What an interrupted run left (empty: nothing), with audit.", type: str}
+"""
+
+import os
+import re
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+LOCKS = re.compile(r"/var/lib/dpkg/lock|/var/lib/apt/lists/lock|/var/cache/apt/archives/lock")
+
+
+def lock_holders(module):
+    """The pids holding dpkg's or apt's locks (lslocks unusable: none)."""
+    lslocks = module.get_bin_path("lslocks")
+    if not lslocks:
+        return []
+    rc, out, _err = module.run_command([lslocks, "--noheadings", "--raw", "--output", "PID,PATH"])
+    if rc != 0:
+        return []
+    pids = [line.split()[0] for line in out.splitlines() if line.split() and LOCKS.search(line)]
+    return list(dict.fromkeys(pids))
+
+
+def describe(pid):
+    try:
+        with open("/proc/%s/cmdline" % pid, "rb") as fh:
+            cmdline = fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    except (IOError, OSError):
+        cmdline = ""
+    return "pid %s (%s)" % (pid, cmdline[:160]) if cmdline else "pid %s" % pid
+
+
+def audit(module):
+    lines = []
+    try:
+        lines.extend(sorted(os.listdir("/var/lib/dpkg/updates"))[:5])
+    except (IOError, OSError):
+        pass
+    dpkg = module.get_bin_path("dpkg", required=True)
+    _rc, out, err = module.run_command([dpkg, "--audit"])
+    lines.extend((out + err).splitlines()[:20])
+    return "\n".join(lines)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            timeout=dict(type="int", default=300),
+            audit=dict(type="bool", default=False),
+        ),
+        supports_check_mode=True,
+    )
+    started = time.monotonic()
+    while True:
+        pids = lock_holders(module)
+        if not pids or time.monotonic() - started >= module.params["timeout"]:
+            break
+        time.sleep(1)
+    result = dict(
+        changed=False,
+        holders=[describe(pid) for pid in pids],
+        waited_s=round(time.monotonic() - started, 1),
+        audit="",
+    )
+    if module.params["audit"] and not pids:
+        result["audit"] = audit(module)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""gpustack_dpkg_ready (plugins/modules, used by roles/dpkg_ready): the dpkg/apt locks waited for
+and an interrupted dpkg run looked for, in one module call.
+
+Runs the module as a script against TEST DOUBLES of `lslocks` (prints a holder of dpkg's lock for
+the first N calls) and `dpkg --audit`. On lab nodes it runs against real util-linux and dpkg
+(tests/lab/test_kill_rerun.py holds the real lock-frontend and checks the message; the kill
+campaign recovers interrupted dpkg runs through it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.conftest import ROOT
+
+MODULE = ROOT / "plugins/modules/gpustack_dpkg_ready.py"
+FAKE_LSLOCKS = """#!/bin/sh
+# TEST DOUBLE (gpustack unit tests): a holder of dpkg's lock for the first $FAKE_HELD calls.
+n=$(cat "$FAKE_DIR/lslocks.calls" 2>/dev/null || echo 0); echo $((n + 1)) > "$FAKE_DIR/lslocks.calls"
+[ -e "$FAKE_DIR/lslocks.broken" ] && exit 1
+echo "1 /run/other.lock"
+[ "$n" -lt "$FAKE_HELD" ] && echo "$FAKE_PID /var/lib/dpkg/lock-frontend"
+exit 0
+"""
+FAKE_DPKG = """#!/bin/sh
+# TEST DOUBLE (gpustack unit tests): dpkg --audit.
+[ "$1" = --audit ] && cat "$FAKE_DIR/audit" 2>/dev/null
+exit 0
+"""
+
+
+def run(tmp_path, held=0, **args) -> dict:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, text in (("lslocks", FAKE_LSLOCKS), ("dpkg", FAKE_DPKG)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    path = tmp_path / "args.json"
+    path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_DIR": str(tmp_path),
+           "FAKE_HELD": str(held), "FAKE_PID": str(os.getpid())}  # fmt: skip
+    proc = subprocess.run([sys.executable, "-m", "tests.unit.host_modules", str(MODULE), str(path)],
+                          capture_output=True, text=True, cwd=ROOT, env=env)  # fmt: skip
+    return json.loads(proc.stdout)
+
+
+def calls(tmp_path) -> int:
+    return int((tmp_path / "lslocks.calls").read_text())
+
+
+def test_free_locks_and_a_clean_dpkg(tmp_path):
+    result = run(tmp_path, audit=True)
+    assert result["changed"] is False and result["holders"] == [] and result["audit"] == ""
+    assert calls(tmp_path) == 1 and result["waited_s"] < 1
+
+
+def test_waits_until_the_holder_is_gone_then_audits(tmp_path):
+    (tmp_path / "audit").write_text(
+        "The following packages are only half configured, probably due to problems\n"
+        " nvidia-kernel-dkms   NVIDIA binary kernel module DKMS source\n"
+    )
+    result = run(tmp_path, held=2, timeout=30, audit=True)
+    assert result["holders"] == [] and calls(tmp_path) == 3 and result["waited_s"] >= 2
+    assert "half configured" in result["audit"] and "nvidia-kernel-dkms" in result["audit"]
+    assert run(tmp_path, audit=False)["audit"] == ""  # without audit: dpkg is not asked
+
+
+def test_names_the_holder_at_the_timeout_and_does_not_audit(tmp_path):
+    (tmp_path / "audit").write_text("half configured\n")
+    result = run(tmp_path, held=100, timeout=1, audit=True)
+    assert len(result["holders"]) == 1
+    holder = result["holders"][0]
+    assert holder.startswith(f"pid {os.getpid()} (") and "python" in holder
+    assert result["audit"] == "" and 1 <= result["waited_s"] < 5
+
+
+def test_an_lslocks_that_fails_counts_as_no_holder(tmp_path):
+    (tmp_path / "lslocks.broken").write_text("")
+    result = run(tmp_path, held=100, timeout=30)
+    assert result["holders"] == [] and calls(tmp_path) == 1
