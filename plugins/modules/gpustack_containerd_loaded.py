@@ -29,6 +29,17 @@ options:
     default: ""
     description: The NVIDIA runtime binary; when given, also C(binary_exists) and the effective
       configuration C(dump) (rc, stdout, stderr) - the role's verify step in one round trip.
+  test_container:
+    type: dict
+    default: {}
+    description:
+      - "image, snapshotter, ctr_args (list), container: start a container through the runtime
+        handler as the running daemon loaded it for pods (its CRI runtime type and BinaryName;
+        the configured I(binary) stands in only without a CRI plugin), with
+        C(ctr --namespace gpustack run --rm) printing C(gpustack-runtime-ok); up to 3 tries
+        2 s apart (ctr can lose a short-lived container's output on a loaded host). Not run when
+        the binary is missing, when the running daemon lacks the handler, or without an image."
+      - The caller leaves it empty in check mode (the module runs with check_mode false).
 author: gpustack
 """
 
@@ -46,9 +57,14 @@ dump:
   description: rc, stdout, stderr of C(containerd config dump).
   type: dict
   returned: when binary is given
+run:
+  description: "The test container: rc, stdout, stderr, cmd, attempts; or skipped: true."
+  type: dict
+  returned: when test_container is given
 """
 
 import os
+import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_containerd import (
@@ -57,6 +73,37 @@ from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_contain
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import (
     effective_dump,
 )
+
+OK = "gpustack-runtime-ok"
+
+
+def test_container(module, params, state):
+    """The verify container through the handler the running daemon loaded (skipped: see docs)."""
+    spec = params["test_container"]
+    loaded = state["loaded"]
+    if not spec.get("image") or not state.get("binary_exists"):
+        return {"skipped": True}
+    if loaded.get("available") and params["name"] not in loaded.get("runtimes", {}):
+        return {"skipped": True}
+    handler = loaded.get("runtimes", {}).get(params["name"]) or {}
+    options = handler.get("options") or {}
+    ctr = module.get_bin_path("ctr")
+    cmd = (
+        [ctr or "ctr", "--namespace", "gpustack", "run", "--rm"]
+        + ["--snapshotter", spec.get("snapshotter") or "overlayfs"]
+        + ["--runtime", handler.get("runtime_type") or "io.containerd.runc.v2"]
+        + ["--runc-binary", options.get("BinaryName") or params["binary"]]
+        + list(spec.get("ctr_args") or [])
+        + [spec["image"], spec.get("container") or "gpustack-verify", "/bin/sh", "-c", "echo " + OK]
+    )
+    if not ctr:
+        return {"rc": 127, "stdout": "", "stderr": "ctr: not found in PATH", "cmd": cmd,
+                "attempts": 0}  # fmt: skip
+    for attempt in range(1, 4):
+        rc, out, err = module.run_command(cmd)
+        if OK in out or attempt == 3:
+            return {"rc": rc, "stdout": out, "stderr": err, "cmd": cmd, "attempts": attempt}
+        time.sleep(2)
 
 
 def main():
@@ -67,6 +114,7 @@ def main():
             marker=dict(type="path", default=""),
             name=dict(type="str", default="nvidia"),
             binary=dict(type="path", default=""),
+            test_container=dict(type="dict", default={}),
         ),
         supports_check_mode=True,
     )
@@ -78,6 +126,8 @@ def main():
             binary_exists=os.path.exists(params["binary"]),
             dump={"rc": rc, "stdout": out, "stderr": err},
         )
+    if params["test_container"]:
+        state["run"] = test_container(module, params, state)
     module.exit_json(changed=False, **state)
 
 

@@ -141,3 +141,69 @@ def test_the_verify_read_adds_the_binary_and_the_dump_to_the_loaded_check(tmp_pa
     assert result["binary_exists"] is True
     assert result["dump"] == {"rc": 0, "stdout": "version = 2\n# wired\n", "stderr": ""}
     assert dumps(tmp_path) == [str(tmp_path / "etc/config.toml")]
+
+
+FAKE_CTR = """#!/bin/sh
+# TEST DOUBLE (gpustack unit tests): ctr run logs its arguments; prints the marker from the
+# try named in $FAKE_CONTAINERD_DIR/ok-from (ctr losing a short-lived container's output before).
+echo "$*" >> "$FAKE_CONTAINERD_DIR/ctr.log"
+n=$(wc -l < "$FAKE_CONTAINERD_DIR/ctr.log")
+[ "$n" -ge "$(cat "$FAKE_CONTAINERD_DIR/ok-from")" ] && echo gpustack-runtime-ok
+exit 0
+"""
+
+
+def loaded_with_container(tmp_path, ok_from=1, ctr=True, **spec) -> dict:
+    """gpustack_containerd_loaded with test_container and no CRI socket (the configured binary
+    stands in), against the fake containerd and ctr."""
+    (tmp_path / "etc").mkdir(exist_ok=True)
+    (tmp_path / "etc/config.toml").write_text("# wired\n")
+    (tmp_path / "nvidia-container-runtime").write_text("")
+    (tmp_path / "ok-from").write_text(f"{ok_from}\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, text in (("containerd", FAKE_CONTAINERD), ("ctr", FAKE_CTR if ctr else None)):
+        if text:
+            (bin_dir / name).write_text(text)
+            (bin_dir / name).chmod(0o755)
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {
+        "config": str(tmp_path / "etc/config.toml"), "socket": str(tmp_path / "containerd.sock"),
+        "binary": str(tmp_path / "nvidia-container-runtime"),
+        "test_container": {"image": "docker.io/library/busybox:1.36", "container": "gpustack-verify-n1",
+                           "ctr_args": ["--memory-limit", "67108864"], **spec}}}))  # fmt: skip
+    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_CONTAINERD_DIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "tests.unit.host_modules", str(LOADED), str(args)],
+                          capture_output=True, text=True, cwd=ROOT, env=env)  # fmt: skip
+    return json.loads(proc.stdout)
+
+
+def test_the_test_container_runs_through_the_configured_binary_without_cri(tmp_path):
+    result = loaded_with_container(tmp_path)
+    assert result["loaded"]["available"] is False
+    run = result["run"]
+    assert run["rc"] == 0 and "gpustack-runtime-ok" in run["stdout"] and run["attempts"] == 1
+    assert (tmp_path / "ctr.log").read_text().split() == [
+        "--namespace", "gpustack", "run", "--rm", "--snapshotter", "overlayfs",
+        "--runtime", "io.containerd.runc.v2",
+        "--runc-binary", str(tmp_path / "nvidia-container-runtime"), "--memory-limit", "67108864",
+        "docker.io/library/busybox:1.36", "gpustack-verify-n1", "/bin/sh", "-c",
+        "echo", "gpustack-runtime-ok"]  # fmt: skip
+
+
+def test_the_test_container_is_tried_again_when_ctr_lost_its_output(tmp_path):
+    result = loaded_with_container(tmp_path, ok_from=2, snapshotter="native")
+    assert result["run"]["attempts"] == 2 and "gpustack-runtime-ok" in result["run"]["stdout"]
+    assert "--snapshotter native" in (tmp_path / "ctr.log").read_text()
+    never = (
+        loaded_with_container(tmp_path / "x", ok_from=9) if (tmp_path / "x").mkdir() is None else {}
+    )
+    assert never["run"]["attempts"] == 3 and never["run"]["stdout"] == ""
+
+
+def test_the_test_container_is_skipped_without_an_image_and_fails_without_ctr(tmp_path):
+    assert loaded_with_container(tmp_path, image="")["run"] == {"skipped": True}
+    assert not (tmp_path / "ctr.log").exists()
+    (tmp_path / "y").mkdir()
+    missing = loaded_with_container(tmp_path / "y", ctr=False)["run"]
+    assert missing["rc"] == 127 and missing["stderr"] == "ctr: not found in PATH"
