@@ -147,6 +147,20 @@ def test_install_reloads_docker_and_uninstall_gives_the_file_back(lab):
     assert doc["summary"]["changed"] == 1, doc["hosts"][NODE].get("changes")
     assert loaded(inventory)[0]["nvidia"]["path"] == BINARY
 
+    # daemon.json broken since install: uninstall refuses with a hint and leaves it and the record
+    sh(inventory, "cp /etc/docker/daemon.json /root/wired && printf '{\"log-level\": ' > "
+       "/etc/docker/daemon.json")  # fmt: skip
+    files = "md5sum /etc/docker/daemon.json /var/lib/gpustack/container_runtime.json"
+    before = sh(inventory, files)
+    proc = run_cli("uninstall", str(inventory), "--components", "runtime", "--yes", "--output",
+                   "json", timeout=600)  # fmt: skip
+    assert proc.returncode != 0
+    host = json.loads(proc.stdout)["hosts"][NODE]
+    message = " ".join(f["message"] for f in host["failures"])
+    assert "/etc/docker/daemon.json is not valid JSON" in message and "Hint: fix" in message
+    assert host["changed"] == 0 and sh(inventory, files) == before
+    sh(inventory, "cp /root/wired /etc/docker/daemon.json")
+
     uninstall(inventory)
     assert sh(inventory, "cat /etc/docker/daemon.json") == USER_DAEMON  # byte for byte
     runtimes, default = loaded(inventory)
