@@ -7,7 +7,10 @@ module as a script, like Ansible's own module test harness."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import runpy
+import subprocess
 import sys
 from pathlib import Path
 
@@ -43,6 +46,32 @@ def load(path: str, name: str):
     for util in ORDER:
         utils(util)
     return _exec(name, ROOT / path)
+
+
+def run_module(
+    module: Path,
+    args: dict,
+    work: Path,
+    fakes: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+    path: str | None = None,
+) -> dict:
+    """Run a host module as Ansible runs it (a JSON args file; `_ansible_check_mode` and the like
+    go in `args`) and return its JSON result. `fakes` are TEST DOUBLE executables (name -> script)
+    written to work/bin, which comes first in PATH (then `path`, default the caller's PATH)."""
+    bin_dir = work / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    for name, text in (fakes or {}).items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    args_file = work / "args.json"
+    args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    search = f"{bin_dir}{os.pathsep}{os.environ['PATH'] if path is None else path}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.unit.host_modules", str(module), str(args_file)],
+        capture_output=True, text=True, cwd=ROOT, env={**os.environ, **(env or {}), "PATH": search},
+    )  # fmt: skip
+    return json.loads(proc.stdout)
 
 
 if __name__ == "__main__":

@@ -10,12 +10,10 @@ a TOML error). On lab nodes the module runs against Debian's real containerd 1.6
 from __future__ import annotations
 
 import base64
-import json
-import os
-import subprocess
-import sys
+import shutil
 
 from tests.conftest import ROOT
+from tests.unit.host_modules import run_module
 
 MODULE = ROOT / "plugins/modules/gpustack_containerd_read.py"
 FAKE_CONTAINERD = r"""#!/bin/sh
@@ -34,10 +32,6 @@ echo "version = 2"; cat "$2"
 
 
 def run(tmp_path, **paths) -> dict:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    (bin_dir / "containerd").write_text(FAKE_CONTAINERD)
-    (bin_dir / "containerd").chmod(0o755)
     module_args = {
         "config": str(tmp_path / "etc/config.toml"),
         "dropin": str(tmp_path / "etc/conf.d/99-nvidia.toml"),
@@ -46,13 +40,8 @@ def run(tmp_path, **paths) -> dict:
         "socket": str(tmp_path / "containerd.sock"),  # no daemon: CRI cannot be asked
         **paths,
     }
-    args = tmp_path / "args.json"
-    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": module_args}))
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
-           "FAKE_CONTAINERD_DIR": str(tmp_path)}  # fmt: skip
-    proc = subprocess.run([sys.executable, "-m", "tests.unit.host_modules", str(MODULE), str(args)],
-                          capture_output=True, text=True, cwd=ROOT, env=env)  # fmt: skip
-    return json.loads(proc.stdout)
+    return run_module(MODULE, module_args, tmp_path, {"containerd": FAKE_CONTAINERD},
+                      {"FAKE_CONTAINERD_DIR": str(tmp_path)})  # fmt: skip
 
 
 def dumps(tmp_path) -> list[str]:
@@ -125,19 +114,10 @@ def test_the_verify_read_adds_the_binary_and_the_dump_to_the_loaded_check(tmp_pa
     (tmp_path / "etc").mkdir()
     (tmp_path / "etc/config.toml").write_text("# wired\n")
     (tmp_path / "nvidia-container-runtime").write_text("")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "containerd").write_text(FAKE_CONTAINERD)
-    (bin_dir / "containerd").chmod(0o755)
-    args = tmp_path / "args.json"
-    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {
-        "config": str(tmp_path / "etc/config.toml"), "socket": str(tmp_path / "containerd.sock"),
-        "binary": str(tmp_path / "nvidia-container-runtime")}}))  # fmt: skip
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
-           "FAKE_CONTAINERD_DIR": str(tmp_path)}  # fmt: skip
-    proc = subprocess.run([sys.executable, "-m", "tests.unit.host_modules", str(LOADED), str(args)],
-                          capture_output=True, text=True, cwd=ROOT, env=env)  # fmt: skip
-    result = json.loads(proc.stdout)
+    args = {"config": str(tmp_path / "etc/config.toml"), "socket": str(tmp_path / "containerd.sock"),
+            "binary": str(tmp_path / "nvidia-container-runtime")}  # fmt: skip
+    result = run_module(LOADED, args, tmp_path, {"containerd": FAKE_CONTAINERD},
+                        {"FAKE_CONTAINERD_DIR": str(tmp_path)})  # fmt: skip
     assert result["binary_exists"] is True
     assert result["dump"] == {"rc": 0, "stdout": "version = 2\n# wired\n", "stderr": ""}
     assert dumps(tmp_path) == [str(tmp_path / "etc/config.toml")]
@@ -155,27 +135,26 @@ exit 0
 
 def loaded_with_container(tmp_path, ok_from=1, ctr=True, **spec) -> dict:
     """gpustack_containerd_loaded with test_container and no CRI socket (the configured binary
-    stands in), against the fake containerd and ctr."""
+    stands in), against the fake containerd and ctr; ctr=False: no ctr anywhere in PATH."""
     (tmp_path / "etc").mkdir(exist_ok=True)
     (tmp_path / "etc/config.toml").write_text("# wired\n")
     (tmp_path / "nvidia-container-runtime").write_text("")
     (tmp_path / "ok-from").write_text(f"{ok_from}\n")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    for name, text in (("containerd", FAKE_CONTAINERD), ("ctr", FAKE_CTR if ctr else None)):
-        if text:
-            (bin_dir / name).write_text(text)
-            (bin_dir / name).chmod(0o755)
-    args = tmp_path / "args.json"
-    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {
-        "config": str(tmp_path / "etc/config.toml"), "socket": str(tmp_path / "containerd.sock"),
-        "binary": str(tmp_path / "nvidia-container-runtime"),
-        "test_container": {"image": "docker.io/library/busybox:1.36", "container": "gpustack-verify-n1",
-                           "ctr_args": ["--memory-limit", "67108864"], **spec}}}))  # fmt: skip
-    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_CONTAINERD_DIR": str(tmp_path)}
-    proc = subprocess.run([sys.executable, "-m", "tests.unit.host_modules", str(LOADED), str(args)],
-                          capture_output=True, text=True, cwd=ROOT, env=env)  # fmt: skip
-    return json.loads(proc.stdout)
+    fakes = {"containerd": FAKE_CONTAINERD}
+    if ctr:
+        fakes["ctr"] = FAKE_CTR
+    else:  # the tools the fakes use, and nothing else (a ctr on this machine must not be found)
+        tools = tmp_path / "tools"
+        tools.mkdir()
+        for tool in ("cat", "grep", "wc"):
+            (tools / tool).symlink_to(shutil.which(tool))
+    args = {"config": str(tmp_path / "etc/config.toml"), "socket": str(tmp_path / "containerd.sock"),
+            "binary": str(tmp_path / "nvidia-container-runtime"),
+            "test_container": {"image": "docker.io/library/busybox:1.36",
+                               "container": "gpustack-verify-n1",
+                               "ctr_args": ["--memory-limit", "67108864"], **spec}}  # fmt: skip
+    return run_module(LOADED, args, tmp_path, fakes, {"FAKE_CONTAINERD_DIR": str(tmp_path)},
+                      path=None if ctr else str(tmp_path / "tools"))  # fmt: skip
 
 
 def test_the_test_container_runs_through_the_configured_binary_without_cri(tmp_path):

@@ -9,12 +9,10 @@ campaign recovers interrupted dpkg runs through it).
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
 from tests.conftest import ROOT
+from tests.unit.host_modules import run_module
 
 MODULE = ROOT / "plugins/modules/gpustack_dpkg_ready.py"
 FAKE_LSLOCKS = """#!/bin/sh
@@ -33,18 +31,8 @@ exit 0
 
 
 def run(tmp_path, held=0, **args) -> dict:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    for name, text in (("lslocks", FAKE_LSLOCKS), ("dpkg", FAKE_DPKG)):
-        (bin_dir / name).write_text(text)
-        (bin_dir / name).chmod(0o755)
-    path = tmp_path / "args.json"
-    path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_DIR": str(tmp_path),
-           "FAKE_HELD": str(held), "FAKE_PID": str(os.getpid())}  # fmt: skip
-    proc = subprocess.run([sys.executable, "-m", "tests.unit.host_modules", str(MODULE), str(path)],
-                          capture_output=True, text=True, cwd=ROOT, env=env)  # fmt: skip
-    return json.loads(proc.stdout)
+    env = {"FAKE_DIR": str(tmp_path), "FAKE_HELD": str(held), "FAKE_PID": str(os.getpid())}
+    return run_module(MODULE, args, tmp_path, {"lslocks": FAKE_LSLOCKS, "dpkg": FAKE_DPKG}, env)
 
 
 def calls(tmp_path) -> int:

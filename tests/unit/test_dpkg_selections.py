@@ -7,12 +7,8 @@ against the real dpkg (tests/lab/test_driver.py: holds after install).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 from tests.conftest import ROOT
+from tests.unit.host_modules import run_module
 
 MODULE = ROOT / "plugins/modules/gpustack_dpkg_selections.py"
 FAKE_DPKG = r"""#!/bin/sh
@@ -48,19 +44,10 @@ esac
 
 
 def run(tmp_path, names, selection, check=False, lock_timeout=0) -> dict:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    (bin_dir / "dpkg").write_text(FAKE_DPKG)
-    (bin_dir / "dpkg").chmod(0o755)
-    args = tmp_path / "args.json"
-    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {
-        "names": names, "selection": selection, "lock_timeout": lock_timeout,
-        "_ansible_check_mode": check}}))  # fmt: skip
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
-           "FAKE_DPKG_STATE": str(tmp_path / "selections")}  # fmt: skip
-    proc = subprocess.run([sys.executable, "-m", "tests.unit.host_modules", str(MODULE), str(args)],
-                          capture_output=True, text=True, cwd=ROOT, env=env)  # fmt: skip
-    return json.loads(proc.stdout)
+    args = {"names": names, "selection": selection, "lock_timeout": lock_timeout,
+            "_ansible_check_mode": check}  # fmt: skip
+    return run_module(MODULE, args, tmp_path, {"dpkg": FAKE_DPKG},
+                      {"FAKE_DPKG_STATE": str(tmp_path / "selections")})  # fmt: skip
 
 
 def selections(tmp_path) -> dict[str, str]:

@@ -10,14 +10,12 @@ against real systemd and containerd (tests/lab/test_runtime.py, test_kill_rerun.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
 from gpustack.ansible.results import TaskChange
 from gpustack.fleet.plan_summary import summarize
 from tests.conftest import ROOT
+from tests.unit.host_modules import run_module
 
 STATE_FILES = ROOT / "plugins/modules/gpustack_state_files.py"
 RESTART = ROOT / "plugins/modules/gpustack_restart.py"
@@ -33,17 +31,13 @@ exit 0
 
 
 def run(tmp_path, module, args, check=False, diff=False) -> dict:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    (bin_dir / "systemctl").write_text(FAKE_SYSTEMCTL)
-    (bin_dir / "systemctl").chmod(0o755)
-    path = tmp_path / "args.json"
-    path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {
-        **args, "_ansible_check_mode": check, "_ansible_diff": diff}}))  # fmt: skip
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "FAKE_DIR": str(tmp_path)}
-    proc = subprocess.run([sys.executable, "-m", "tests.unit.host_modules", str(module), str(path)],
-                          capture_output=True, text=True, cwd=ROOT, env=env)  # fmt: skip
-    return json.loads(proc.stdout)
+    return run_module(
+        module,
+        {**args, "_ansible_check_mode": check, "_ansible_diff": diff},
+        tmp_path,
+        {"systemctl": FAKE_SYSTEMCTL},
+        {"FAKE_DIR": str(tmp_path)},
+    )
 
 
 def items(tmp_path, marker=True):
