@@ -2,6 +2,8 @@
 
 import tomllib
 
+import yaml
+
 from tests.conftest import ROOT, run_playbook
 
 
@@ -40,3 +42,11 @@ def test_k3s_template_extends_the_base_and_follows_the_config_version(tmp_path):
     assert "default_runtime_name" not in tmpl
     _, tmpl = render(tmp_path, __container_runtime_k3s_version=3)
     assert "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.'nvidia']" in tmpl
+
+
+def test_the_k3s_template_task_keeps_the_file_it_replaces():
+    """Static check of the role (no k3s here to run it on): a config.toml.tmpl of the user's own is
+    kept as a backup when gpustack writes its own (docs/runtime.md)."""
+    tasks = yaml.safe_load((ROOT / "roles/container_runtime/tasks/k3s.yml").read_text())
+    write = next(t for t in tasks if t["name"].startswith("Write config.toml.tmpl"))
+    assert write["ansible.builtin.template"]["backup"] is True
