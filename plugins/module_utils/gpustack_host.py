@@ -53,6 +53,17 @@ def run(args, data=None, env=None):
         return 127, "", str(exc)
 
 
+def process(pid):
+    """'pid N (command line)' of a running process (its command line cut at 160 characters), or
+    'pid N' when it cannot be read: how gpustack names a lock's holder in its messages."""
+    try:
+        with open("/proc/%s/cmdline" % pid, "rb") as fh:
+            cmdline = fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    except (IOError, OSError):
+        cmdline = ""
+    return "pid %s (%s)" % (pid, cmdline[:160]) if cmdline else "pid %s" % pid
+
+
 def which(name):
     for directory in os.environ.get("PATH", "").split(os.pathsep) + EXTRA_PATH:
         candidate = os.path.join(directory, name)

@@ -35,6 +35,7 @@ import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import process
 
 LOCKS = re.compile(r"/var/lib/dpkg/lock|/var/lib/apt/lists/lock|/var/cache/apt/archives/lock")
 
@@ -49,15 +50,6 @@ def lock_holders(module):
         return []
     pids = [line.split()[0] for line in out.splitlines() if line.split() and LOCKS.search(line)]
     return list(dict.fromkeys(pids))
-
-
-def describe(pid):
-    try:
-        with open("/proc/%s/cmdline" % pid, "rb") as fh:
-            cmdline = fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
-    except (IOError, OSError):
-        cmdline = ""
-    return "pid %s (%s)" % (pid, cmdline[:160]) if cmdline else "pid %s" % pid
 
 
 def audit(module):
@@ -88,7 +80,7 @@ def main():
         time.sleep(1)
     result = dict(
         changed=False,
-        holders=[describe(pid) for pid in pids],
+        holders=[process(pid) for pid in pids],
         waited_s=round(time.monotonic() - started, 1),
         audit="",
     )

@@ -37,7 +37,10 @@ import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import run
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import (
+    process,
+    run,
+)
 
 # dpkg's refusals on a held lock (exit 2): "dpkg frontend lock was locked by another process with
 # pid N", "dpkg database lock was locked ...", older "dpkg status database is locked ...".
@@ -60,14 +63,7 @@ def current_selections(module, names):
 def holder(err):
     """'pid N (command line)' of the lock holder dpkg named, else 'another process'."""
     found = HOLDER.search(err)
-    if not found:
-        return "another process"
-    try:
-        with open("/proc/%s/cmdline" % found.group(1), "rb") as fh:
-            cmdline = fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
-    except (IOError, OSError):
-        cmdline = ""
-    return "pid %s (%s)" % (found.group(1), cmdline[:160]) if cmdline else "pid " + found.group(1)
+    return process(found.group(1)) if found else "another process"
 
 
 def set_selections(module, data, timeout):
