@@ -18,8 +18,9 @@ description:
     (a temporary file in the same directory, then a rename) with its mode, from C(content), or
     as a copy of the host file C(src). C(keep) writes it only when the destination does not exist
     yet (as copy's C(force=false)). An item with C(write=false) is passed over.
-  - For gpustack's own files only; the user's configuration files are written by
-    ansible.builtin.copy (backup, validation, ownership).
+  - For files gpustack owns (its records, backups and markers, its apt pins, its nouveau
+    blacklist); the user's configuration files are written by ansible.builtin.copy (backup,
+    validation, ownership).
   - Check mode writes nothing and reports what would change; diff mode gives the before and after
     of content items.
 options:
