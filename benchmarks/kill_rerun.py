@@ -67,7 +67,7 @@ KILL_POINTS = [
         "answers",
         "runtime",
     ),
-    ("Record the converged stamp of container_runtime", "runtime"),
+    ("Record the converged stamps of the host roles (one call)", "runtime"),
 ]
 UNINSTALL_POINTS = [
     ("Restore the container runtime configuration", "installed"),

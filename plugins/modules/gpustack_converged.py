@@ -18,9 +18,13 @@ description:
     inputs arrive as digests (filter_plugins/gpu_converged.py).
   - The stamps are read back and re-checked by C(gpustack_host_probe) (section converged); both
     share roles/gpu_preflight/module_utils/gpustack_stamps.py.
+  - C(stamps) writes several roles' stamps in one call, in order (playbooks/site.yml records the
+    host roles' stamps this way at the end of its play). Each item takes the options below but
+    C(dir); C(role) and C(stamps) exclude each other.
 options:
   dir: {type: path, default: /var/lib/gpustack/converged, description: Where stamps live.}
-  role: {type: str, required: true, description: The role the stamp is for.}
+  role: {type: str, description: The role the stamp is for (or give C(stamps)).}
+  stamps: {type: list, elements: dict, description: "Several stamps: role, stamp, files, ..."}
   stamp: {type: dict, default: {}, description: "Inputs, facts, content, resolve, published."}
   files: {type: list, elements: path, default: [], description: Files the role manages.}
   globs: {type: list, elements: str, default: [], description: File patterns it reads.}
@@ -39,15 +43,29 @@ import re
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_stamps import DIR, build
 
+STAMP_OPTIONS = dict(
+    role=dict(type="str"),
+    stamp=dict(type="dict", default={}),
+    files=dict(type="list", elements="path", default=[]),
+    globs=dict(type="list", elements="str", default=[]),
+    exclude=dict(type="list", elements="str", default=[]),
+    packages=dict(type="list", elements="str", default=[]),
+    holds=dict(type="list", elements="str", default=[]),
+    services=dict(type="list", elements="str", default=[]),
+    runtime=dict(type="dict", default={}),
+)
+ITEM_OPTIONS = dict(STAMP_OPTIONS, role=dict(type="str", required=True))
+
 
 def record(module, params):
+    """Write one role's stamp (not in check mode); True when its content or mode differs."""
     path = os.path.join(params["dir"], params["role"] + ".json")
     text = json.dumps(build(params), indent=1, sort_keys=True) + "\n"
     try:
         with open(path) as fh:
             same = fh.read() == text
         if same and os.stat(path).st_mode & 0o777 == 0o600:
-            module.exit_json(changed=False, path=path)
+            return False
     except (IOError, OSError):
         pass
     if not module.check_mode:
@@ -59,28 +77,34 @@ def record(module, params):
         os.chmod(tmp, 0o600)  # root only: checksums of credential files are in it
         module.atomic_move(tmp, path)
         os.chmod(path, 0o600)  # atomic_move gives a new file the umask's mode
-    module.exit_json(changed=True, path=path)
+    return True
 
 
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             dir=dict(type="path", default=DIR),
-            role=dict(type="str", required=True),
-            stamp=dict(type="dict", default={}),
-            files=dict(type="list", elements="path", default=[]),
-            globs=dict(type="list", elements="str", default=[]),
-            exclude=dict(type="list", elements="str", default=[]),
-            packages=dict(type="list", elements="str", default=[]),
-            holds=dict(type="list", elements="str", default=[]),
-            services=dict(type="list", elements="str", default=[]),
-            runtime=dict(type="dict", default={}),
+            stamps=dict(type="list", elements="dict", options=ITEM_OPTIONS),
+            **STAMP_OPTIONS,
         ),
+        required_one_of=[("role", "stamps")],
+        mutually_exclusive=[("role", "stamps")],
         supports_check_mode=True,
     )
-    if not re.match(r"^[a-z][a-z0-9_]*$", module.params["role"]):
-        module.fail_json(msg="record needs a role name, got %r" % module.params["role"])
-    record(module, module.params)
+    if module.params["stamps"]:
+        todo = [dict(item, dir=module.params["dir"]) for item in module.params["stamps"]]
+    else:
+        todo = [module.params]
+    for params in todo:
+        if not re.match(r"^[a-z][a-z0-9_]*$", str(params["role"] or "")):
+            module.fail_json(msg="record needs a role name, got %r" % params["role"])
+    paths, changed = [], []
+    for params in todo:
+        path = os.path.join(params["dir"], params["role"] + ".json")
+        paths.append(path)
+        if record(module, params):
+            changed.append(path)
+    module.exit_json(changed=bool(changed), path=paths[0], paths=paths, changed_paths=changed)
 
 
 if __name__ == "__main__":

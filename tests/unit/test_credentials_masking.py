@@ -221,3 +221,37 @@ def test_stamps_are_written_0600_and_rewritten_only_on_change(tmp_path):
     assert record("a")["changed"] is False
     stamp.chmod(0o644)  # a stamp of an older gpustack: tightened on the next run
     assert record("a")["changed"] is True and stat.S_IMODE(stamp.stat().st_mode) == 0o600
+
+
+def test_several_stamps_in_one_call_each_rewritten_only_on_change(tmp_path):
+    from tests.conftest import ROOT
+    from tests.unit.host_modules import run_module
+
+    module = ROOT / "plugins/modules/gpustack_converged.py"
+    where = str(tmp_path / "converged")
+
+    def record(**args) -> dict:
+        return run_module(module, {"dir": where, **args}, tmp_path)
+
+    stamps = [{"role": "nvidia_driver", "stamp": {"content": "a"}},
+              {"role": "container_runtime", "stamp": {"content": "a"}, "services": ["containerd"]}]  # fmt: skip
+    first = record(stamps=stamps)
+    assert first["changed"] is True
+    assert first["changed_paths"] == [
+        f"{where}/nvidia_driver.json",
+        f"{where}/container_runtime.json",
+    ]
+    assert json.loads((tmp_path / "converged/container_runtime.json").read_text())["role"] == (
+        "container_runtime"
+    )
+    assert record(stamps=stamps)["changed"] is False
+    stamps[1]["stamp"] = {"content": "b"}
+    assert record(stamps=stamps)["changed_paths"] == [f"{where}/container_runtime.json"]
+    # The single-stamp form writes the same file as an item of `stamps`.
+    assert (
+        record(role="container_runtime", stamp={"content": "b"}, services=["containerd"])["changed"]
+        is False
+    )
+    assert "mutually exclusive" in record(role="nvidia_driver", stamps=stamps)["msg"]
+    assert record(stamps=[{"role": "x", "colour": "red"}])["failed"] is True
+    assert record(stamps=[{"stamp": {}}])["failed"] is True  # a stamp needs its role

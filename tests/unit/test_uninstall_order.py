@@ -26,7 +26,8 @@ def test_uninstall_runs_in_reverse_lifecycle_order():
     # nvidia_mig (last in site.yml) has no uninstall yet: it leaves the MIG mode as it is and
     # its unit, settings and state file stay (docs/mig.md "Not done yet").
     install_order = [r["role"] for r in site["roles"]][1:]
-    (mig,) = site["tasks"]  # included last, only where a MIG layout is set
+    mig, stamps = site["tasks"]  # MIG included last, only where a layout is set; then stamps
+    assert "gpustack.gpustack.gpustack_converged" in stamps
     assert mig["ansible.builtin.include_role"]["name"] == "nvidia_mig"
     assert "nvidia_mig_config" in mig["when"]
     assert [r for r, _ in roles][2:] == list(reversed(install_order))
