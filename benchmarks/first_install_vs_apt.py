@@ -12,7 +12,8 @@ and busybox image of tests/fixtures/lab_fixtures.py). Then:
    the packages gpustack's run added on node 1 (held ones included), at the same versions;
 
 and prints both times and the ratio (target <= 1.3), with the top tasks of gpustack's run from
-ansible-runner's job events (benchmarks/run_profile.py). The apt cache is shared by all lab nodes
+ansible-runner's job events (benchmarks/run_profile.py), and gpustack's time outside its
+ansible.builtin.apt tasks (the part that does not depend on how long dpkg takes). The apt cache is shared by all lab nodes
 (as `gpustack lab up` sets it): the packages the floor installs were fetched by gpustack's run
 (whose time includes any download; the benchmark says how many packages it fetched). --rounds N
 repeats on fresh nodes and prints the median. The lab is torn down at the end (--keep leaves it).
@@ -82,8 +83,8 @@ def installed(ssh: list[str]) -> set[str]:
     return set(proc.stdout.split())
 
 
-def one_round(lab: str, top: int) -> tuple[float, float, int, int]:
-    """(gpustack seconds, floor seconds, packages added, packages fetched)."""
+def one_round(lab: str, top: int) -> tuple[float, float, float, int]:
+    """(gpustack seconds, floor seconds, gpustack seconds outside apt tasks, packages fetched)."""
     inventory = Path(f"/tmp/gpustack-{lab}.ini")
     state = Path(tempfile.mkdtemp(prefix=f"gpustack-{lab}-state-"))
     labbench.lab_down(lab)  # fresh nodes every round
@@ -119,9 +120,11 @@ def one_round(lab: str, top: int) -> tuple[float, float, int, int]:
         print(f"WARNING: {host}: nvidia-persistenced's start by its package scripts hung until "
               "systemd's 90 s stop timeout (Debian packaging race): this round's time is not "
               "comparable")  # fmt: skip
-    for run_dir in sorted((state / "runs").iterdir()):
-        run_profile.report(run_dir, top)
-    return seconds, floor_s, len(added), fetched
+    # The CLI's time outside its playbooks' apt tasks: what gpustack itself adds to package work.
+    outside = seconds - sum(
+        run_profile.report(run_dir, top) for run_dir in sorted((state / "runs").iterdir())
+    )
+    return seconds, floor_s, outside, fetched
 
 
 def main() -> int:
@@ -131,13 +134,14 @@ def main() -> int:
     parser.add_argument("--lab", default=LAB, help=f"lab name (default {LAB})")
     parser.add_argument("--top", type=int, default=15, help="tasks of the profile to print")
     args = parser.parse_args()
-    ours, floors = [], []
+    ours, floors, outside = [], [], []
     try:
         for index in range(args.rounds):
             print(f"round {index + 1}/{args.rounds}")
-            seconds, floor_s, _, _ = one_round(args.lab, args.top)
+            seconds, floor_s, other_s, _ = one_round(args.lab, args.top)
             ours.append(seconds)
             floors.append(floor_s)
+            outside.append(other_s)
     finally:
         if not args.keep:
             labbench.lab_down(args.lab)
@@ -145,6 +149,9 @@ def main() -> int:
     ratio = install_s / floor_s
     print(f"first install: median {install_s:.1f} s ({', '.join(f'{s:.1f}' for s in ours)})")
     print(f"apt floor:     median {floor_s:.1f} s ({', '.join(f'{s:.1f}' for s in floors)})")
+    others = ", ".join(f"{s:.1f}" for s in outside)
+    print(f"first install outside its apt tasks (CLI, playbook starts, all other tasks): median "
+          f"{statistics.median(outside):.1f} s ({others})")  # fmt: skip
     print(f"ratio first install / apt floor: {ratio:.2f} "
           f"(target <= 1.3: {'met' if ratio <= 1.3 else 'MISSED'})")  # fmt: skip
     return 0

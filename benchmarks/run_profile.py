@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 
 # Actions that run on the controller only (no round trip to the host).
+APT = "ansible.builtin.apt"
 CONTROLLER_ACTIONS = {
     f"ansible.builtin.{name}"
     for name in ("set_fact", "assert", "debug", "fail", "include_tasks", "include_role",
@@ -104,7 +105,8 @@ def load(path: Path) -> tuple[list[TaskTime], float, float]:
     return list(tasks.values()), first or 0.0, last or 0.0
 
 
-def report(path: Path, top: int) -> None:
+def report(path: Path, top: int) -> float:
+    """Print the run's profile; return the wall time of its ansible.builtin.apt tasks."""
     tasks, first, last = load(path)
     total = last - first
     busy = _union([(t.first_start, t.last_end) for t in tasks])
@@ -112,17 +114,20 @@ def report(path: Path, top: int) -> None:
     print(f"  time inside tasks (union of spans) {busy:.1f} s; between tasks {total - busy:.1f} s")
     hosts = {h for t in tasks for h in t.hosts} or {"?"}
     remote = sum(t.remote_calls for t in tasks)
-    apt = sum(t.remote_calls for t in tasks if t.action == "ansible.builtin.apt")
+    apt = sum(t.remote_calls for t in tasks if t.action == APT)
     print(
         f"  module calls on the hosts (round trips): {remote / len(hosts):.0f} per host, "
         f"{apt / len(hosts):.0f} of them ansible.builtin.apt"
     )
+    apt_wall = _union([(t.first_start, t.last_end) for t in tasks if t.action == APT])
+    print(f"  wall time in {APT} tasks {apt_wall:.1f} s, outside them {total - apt_wall:.1f} s")
     print(f"  {'wall s':>7} {'host s':>7} {'hosts':>5}  task")
     for task in sorted(tasks, key=lambda t: t.wall, reverse=True)[:top]:
         role = f"{task.role} : " if task.role else ""
         skipped = f" (skipped on {task.skipped})" if task.skipped else ""
         print(f"  {task.wall:7.2f} {task.host_seconds:7.2f} {len(task.hosts):5d}  "
               f"{role}{task.name}{skipped}")  # fmt: skip
+    return apt_wall
 
 
 def _union(spans: list[tuple[float, float]]) -> float:
