@@ -13,9 +13,10 @@ and busybox image of tests/fixtures/lab_fixtures.py). Then:
 
 and prints both times and the ratio (target <= 1.3), with the top tasks of gpustack's run from
 ansible-runner's job events (benchmarks/run_profile.py), and gpustack's time outside its
-ansible.builtin.apt tasks (the part that does not depend on how long dpkg takes). The apt cache is shared by all lab nodes
-(as `gpustack lab up` sets it): the packages the floor installs were fetched by gpustack's run
-(whose time includes any download; the benchmark says how many packages it fetched). --rounds N
+ansible.builtin.apt tasks (the part that does not depend on how long dpkg takes). The apt
+cache is shared by all lab nodes (as `gpustack lab up` sets it): the packages the floor installs
+were fetched by gpustack's run (whose time includes any download; the benchmark says how many
+packages it fetched). --rounds N
 repeats on fresh nodes and prints the median. The lab is torn down at the end (--keep leaves it).
 
     python benchmarks/first_install_vs_apt.py [--rounds 1] [--keep] [--lab NAME] [--top 15]
