@@ -57,9 +57,13 @@ STAMP_OPTIONS = dict(
 ITEM_OPTIONS = dict(STAMP_OPTIONS, role=dict(type="str", required=True))
 
 
+def stamp_path(params):
+    return os.path.join(params["dir"], params["role"] + ".json")
+
+
 def record(module, params):
     """Write one role's stamp (not in check mode); True when its content or mode differs."""
-    path = os.path.join(params["dir"], params["role"] + ".json")
+    path = stamp_path(params)
     text = json.dumps(build(params), indent=1, sort_keys=True) + "\n"
     try:
         with open(path) as fh:
@@ -98,12 +102,8 @@ def main():
     for params in todo:
         if not re.match(r"^[a-z][a-z0-9_]*$", str(params["role"] or "")):
             module.fail_json(msg="record needs a role name, got %r" % params["role"])
-    paths, changed = [], []
-    for params in todo:
-        path = os.path.join(params["dir"], params["role"] + ".json")
-        paths.append(path)
-        if record(module, params):
-            changed.append(path)
+    paths = [stamp_path(params) for params in todo]
+    changed = [stamp_path(params) for params in todo if record(module, params)]
     module.exit_json(changed=bool(changed), path=paths[0], paths=paths, changed_paths=changed)
 
 
