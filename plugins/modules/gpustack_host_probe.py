@@ -36,7 +36,8 @@ options:
     choices: [status, converged, loaded, headers]
     default: []
   runtimes:
-    description: Per runtime kind (k3s, rke2, crio, containerd, docker) - config, service.
+    description: Per runtime kind (k3s, rke2, crio, containerd, docker) - config, service (a unit,
+      or the units one of which runs it - k3s or k3s-agent, rke2-server or rke2-agent).
     type: dict
     required: true
   rke2_bin:
@@ -300,6 +301,22 @@ def containerd_config_version(path):
     return 1  # no version key: containerd reads it as version 1
 
 
+def runtime_unit(units):
+    """The unit that runs a runtime: the first active one of the candidates, else the first one
+    installed, else the first (a k3s server runs k3s.service, an agent k3s-agent.service)."""
+    units = [units] if isinstance(units, str) else list(units)
+    if len(units) == 1:
+        return units[0]
+    states = service_states([unit + ".service" for unit in units])
+    for unit in units:
+        if states[unit + ".service"]["active"] == "active":
+            return unit
+    for unit in units:
+        if states[unit + ".service"]["enabled"] not in ("", "not-found"):
+            return unit
+    return units[0]
+
+
 def runtimes(where, rke2_bin):
     """The container runtimes on the host; where: {kind: {config, service}} (role vars)."""
     found = []
@@ -307,6 +324,7 @@ def runtimes(where, rke2_bin):
     def add(kind, binary):
         rc, out, _ = run([binary, "--version"])
         config_path = where[kind]["config"]
+        unit = runtime_unit(where[kind]["service"])
         entry = {
             "kind": kind,
             "binary": binary,
@@ -314,7 +332,8 @@ def runtimes(where, rke2_bin):
             "config_path": config_path,
             "config_exists": os.path.exists(config_path),
             "config_version": None,
-            "active": service_active(where[kind]["service"]),
+            "service": unit,
+            "active": service_active(unit),
         }
         if kind not in ("crio", "docker"):  # containerd's TOML, k3s and RKE2 included
             entry["config_version"] = containerd_config_version(config_path)
@@ -421,13 +440,10 @@ def runtime_wiring(kind, spec, where):
         result["wired"] = ("runtimes.%s" % name) in text and binary in text
         result["detail"] = spec["crio_dropin"]
     elif kind in ("k3s", "rke2"):
+        # What containerd runs: the file k3s/RKE2 generated at its last start (a template only
+        # takes effect at the next one).
         path = where[kind]["config"]
-        generated = read(path, "") or ""
-        template = read(path + ".tmpl", "") or ""
-        in_template = re.search(r"runtimes\.[\"']?%s[\"']?" % re.escape(name), template)
-        result["wired"] = toml_has_runtime(generated, name, binary) or bool(
-            in_template and binary in template
-        )
+        result["wired"] = toml_has_runtime(read(path, "") or "", name, binary)
         result["detail"] = path
     return result
 

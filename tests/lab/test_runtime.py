@@ -16,7 +16,7 @@ import tomllib
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 from tests.fixtures import lab_fixtures
 from tests.lab.test_lab import ssh
 from tests.unit.test_driver_filters import load
@@ -219,3 +219,134 @@ def test_toolkit_pinned_held_upgraded_and_unknown_version_refused(lab):
     assert rc == 1
     message = doc["hosts"][f"{LAB}-node1"]["failures"][-1]["message"]
     assert "9.9.9-1 is not available" in message and old in message
+
+
+# k3s and RKE2 (roles/container_runtime/tasks/k3s.yml) against the k3s stand-in of
+# tests/fixtures/k3s (TEST FIXTURE): k3s's template rendering and runtime detection, with the
+# node's real containerd (1.6, 1.7, 2.1) parsing what it renders. Not k3s: no kubelet or server.
+K3S = ROOT / "tests/fixtures/k3s"
+K3S_ETC = "/var/lib/rancher/k3s/agent/etc/containerd"
+K3S_DROPIN = "/etc/rancher/k3s/config.yaml.d/90-gpustack-nvidia.yaml"
+# What users copy from k3s guides and NixOS modules: the base, then the runtime again.
+K3S_USER_TEMPLATE = """{{ template "base" . }}
+
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+  runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+  BinaryName = "/usr/bin/nvidia-container-runtime"
+"""
+# What gpustack wrote before 2026-11-26 (k3s-config.toml.tmpl.j2, as Ansible rendered it).
+K3S_LEGACY = """{{ template "base" . }}
+
+# Ansible managed
+[plugins.'KEY'.containerd.runtimes.'nvidia']
+  runtime_type = "io.containerd.runc.v2"
+
+[plugins.'KEY'.containerd.runtimes.'nvidia'.options]
+  BinaryName = "/usr/bin/nvidia-container-runtime"
+  SystemdCgroup = {{ .SystemdCgroup }}
+"""
+
+
+def k3s_template_name(node):
+    return "config-v3.toml.tmpl" if NODES[node] == "2.1" else "config.toml.tmpl"
+
+
+def k3s_generated(inventory, node):
+    proc = ssh(inventory, node, f"cat {K3S_ETC}/config.toml")
+    assert proc.returncode == 0, proc.stderr
+    return cr.k3s_generated(proc.stdout, "nvidia", BIN)
+
+
+def k3s_started(inventory, node):
+    command = "systemctl show -P ActiveEnterTimestampMonotonic k3s"
+    return ssh(inventory, node, command).stdout.strip()
+
+
+def changed(doc):
+    return {host: result["changed"] for host, result in doc["hosts"].items()}
+
+
+@pytest.fixture
+def k3s(lab):
+    """The stand-in as k3s.service on every node, started; removed afterwards."""
+    inventory, varsfile = lab
+    for node in NODES:
+        for name, dest in (("k3s", "/usr/local/bin/k3s"), ("k3s.service", "/etc/systemd/system/")):
+            lab_fixtures._run("podman", "cp", str(K3S / name), f"gpustack-{node}:{dest}")
+        proc = ssh(inventory, node, "systemctl daemon-reload && systemctl start k3s && "
+                                    "for i in $(seq 30); do k3s ctr version >/dev/null 2>&1 && exit 0; "
+                                    "sleep 1; done; journalctl -u k3s --no-pager | tail -5; exit 1")  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    yield inventory, varsfile
+    for node in NODES:
+        ssh(inventory, node, "systemctl stop k3s; rm -rf /usr/local/bin/k3s /etc/systemd/system/k3s.service "
+                             "/var/lib/rancher /etc/rancher /run/k3s /var/lib/gpustack/container_runtime.json; "
+                             "systemctl daemon-reload")  # fmt: skip
+
+
+def test_k3s_stand_in_is_as_strict_as_containerd(k3s):
+    """The stand-in refuses what k3s's containerd refuses: the users' template (the base, then the
+    runtime again) once the toolkit is on PATH. gpustack refuses it before touching anything."""
+    inventory, varsfile = k3s
+    rc, doc = install(inventory, varsfile)  # the toolkit, so that k3s finds the runtime
+    assert rc == 0, json.dumps({h: v["failures"] for h, v in doc["hosts"].items()})
+    for node in NODES:
+        name = k3s_template_name(node)
+        text = K3S_USER_TEMPLATE
+        if NODES[node] == "2.1":
+            text = text.replace('"io.containerd.grpc.v1.cri"', "'io.containerd.cri.v1.runtime'")
+        proc = ssh(inventory, node, f"cat > {K3S_ETC}/{name} <<'EOF'\n{text}EOF\n"
+                                    "systemctl restart k3s; sleep 2; systemctl is-active k3s; "
+                                    "journalctl -u k3s --no-pager | tail -3")  # fmt: skip
+        assert proc.stdout.startswith(("failed", "inactive")), proc.stdout
+        assert "defined twice" in proc.stdout or "already exists" in proc.stdout, proc.stdout
+    rc, doc = install(inventory, varsfile)
+    assert rc == 1
+    for node in NODES:
+        message = doc["hosts"][node]["failures"][-1]["message"]
+        assert k3s_template_name(node) in message and "table twice" in message, message
+        assert "Hint: remove the nvidia runtime's tables" in message
+        assert ssh(inventory, node, f"test -e {K3S_DROPIN}").returncode == 1
+
+
+def test_k3s_wired_by_its_own_detection_default_runtime_and_uninstall(k3s):
+    inventory, varsfile = k3s
+    # A k3s that an earlier gpustack wired: its template (which k3s rejects now) is removed.
+    for node in NODES:
+        v3 = NODES[node] == "2.1"
+        text = K3S_LEGACY.replace(
+            "KEY", "io.containerd.cri.v1.runtime" if v3 else "io.containerd.grpc.v1.cri"
+        )
+        proc = ssh(inventory, node, f"cat > {K3S_ETC}/config.toml.tmpl <<'EOF'\n{text}EOF")
+        assert proc.returncode == 0
+    rc, doc = install(inventory, varsfile)
+    assert rc == 0, json.dumps({h: v["failures"] for h, v in doc["hosts"].items()})
+    for node in NODES:
+        assert ssh(inventory, node, f"test -e {K3S_ETC}/config.toml.tmpl").returncode == 1
+        assert k3s_generated(inventory, node) == {"wired": True, "default": False}
+        facts = doc["hosts"][node]["facts"]["gpustack_runtime"]
+        assert facts["kind"] == "k3s" and facts["wired"] is True, facts
+        assert ssh(inventory, node, "systemctl is-active k3s").stdout.strip() == "active"
+
+    started = {node: k3s_started(inventory, node) for node in NODES}
+    rc, again = install(inventory, varsfile)
+    assert rc == 0 and changed(again) == dict.fromkeys(NODES, 0)
+    assert {node: k3s_started(inventory, node) for node in NODES} == started  # no restart
+
+    default = ("-e", "container_runtime_nvidia_default=true")
+    rc, doc = install(inventory, varsfile, *default)
+    assert rc == 0, json.dumps({h: v["failures"] for h, v in doc["hosts"].items()})
+    for node in NODES:
+        assert k3s_generated(inventory, node) == {"wired": True, "default": True}
+        assert "default-runtime" in ssh(inventory, node, f"cat {K3S_DROPIN}").stdout
+    rc, again = install(inventory, varsfile, *default)
+    assert rc == 0 and changed(again) == dict.fromkeys(NODES, 0)
+
+    proc = run_cli("uninstall", str(inventory), "--components", "runtime", "--yes")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    for node in NODES:
+        assert ssh(inventory, node, f"test -e {K3S_DROPIN}").returncode == 1
+        assert k3s_generated(inventory, node) == {"wired": True, "default": False}  # k3s's own
+        record = "/var/lib/gpustack/container_runtime.json"
+        assert ssh(inventory, node, f"test -e {record}").returncode == 1

@@ -1,17 +1,20 @@
-"""CRI-O drop-in and k3s/RKE2 config.toml.tmpl, rendered by Ansible (no CRI-O or k3s here)."""
+"""CRI-O drop-in and k3s/RKE2 config.yaml.d drop-in, rendered by Ansible; the k3s/RKE2 template
+checks (filters gpustack_k3s_templates, gpustack_k3s_generated). No CRI-O or k3s here: the lab's
+k3s stand-in (tests/fixtures/k3s, tests/lab/test_k3s.py) runs the role against real containerd."""
 
 import tomllib
 
 import yaml
 
+from plugins.filter.container_runtime import k3s_generated, k3s_templates
 from tests.conftest import ROOT, run_playbook
 
 
 def render(tmp_path, **variables):
-    variables = {"out": str(tmp_path), "__container_runtime_k3s_version": 2, **variables}
+    variables = {"out": str(tmp_path), **variables}
     proc = run_playbook(ROOT / "tests/unit/playbooks/render_runtime.yml", variables)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return (tmp_path / "crio.toml").read_text(), (tmp_path / "config.toml.tmpl").read_text()
+    return (tmp_path / "crio.toml").read_text(), (tmp_path / "k3s.yaml").read_text()
 
 
 def test_crio_dropin(tmp_path):
@@ -33,20 +36,107 @@ def test_crio_dropin(tmp_path):
     assert tomllib.loads(crio)["crio"]["runtime"]["default_runtime"] == "nvidia"
 
 
-def test_k3s_template_extends_the_base_and_follows_the_config_version(tmp_path):
-    _, tmpl = render(tmp_path)
-    assert tmpl.startswith('{{ template "base" . }}\n')
-    assert "[plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.'nvidia'.options]" in tmpl
-    assert 'BinaryName = "/usr/bin/nvidia-container-runtime"' in tmpl
-    assert "SystemdCgroup = {{ .SystemdCgroup }}" in tmpl
-    assert "default_runtime_name" not in tmpl
-    _, tmpl = render(tmp_path, __container_runtime_k3s_version=3)
-    assert "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.'nvidia']" in tmpl
+def test_k3s_dropin_sets_only_the_default_runtime(tmp_path):
+    _, dropin = render(tmp_path)
+    assert yaml.safe_load(dropin) == {"default-runtime": "nvidia"}
+    assert dropin.startswith("#")  # "Ansible managed", as a comment
 
 
-def test_the_k3s_template_task_keeps_the_file_it_replaces():
-    """Static check of the role (no k3s here to run it on): a config.toml.tmpl of the user's own is
-    kept as a backup when gpustack writes its own (docs/runtime.md)."""
-    tasks = yaml.safe_load((ROOT / "roles/container_runtime/tasks/k3s.yml").read_text())
-    write = next(t for t in tasks if t["name"].startswith("Write config.toml.tmpl"))
-    assert write["ansible.builtin.template"]["backup"] is True
+# What users write (k3s docs, NixOS modules): the base, then the runtime again.
+BASE_PLUS_RUNTIME = """{{ template "base" . }}
+
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
+  runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
+  BinaryName = "/usr/bin/nvidia-container-runtime"
+"""
+# What gpustack wrote before 2026-11-26 (roles/container_runtime/templates/k3s-config.toml.tmpl.j2).
+LEGACY = """{{ template "base" . }}
+
+
+# Ansible managed
+[plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.'nvidia']
+  runtime_type = "io.containerd.runc.v2"
+
+[plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.'nvidia'.options]
+  BinaryName = "/usr/bin/nvidia-container-runtime"
+  SystemdCgroup = {{ .SystemdCgroup }}
+"""
+FULL_WITH_RUNTIME = """version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes."nvidia"]
+  runtime_type = "io.containerd.runc.v2"
+"""
+BASE_ONLY = """{{ template "base" . }}
+[plugins."io.containerd.grpc.v1.cri".registry]
+  config_path = "/etc/containerd/certs.d"
+"""
+
+
+def classify(v2=None, v3=None, default=False, version=2):
+    return k3s_templates({"v2": v2, "v3": v3}, "nvidia", default, version)
+
+
+def test_no_template_is_fine():
+    assert classify() == {
+        "legacy": [],
+        "active": "",
+        "extends_base": True,
+        "declares": False,
+        "error": "",
+        "hint": "",
+    }
+
+
+def test_a_template_that_includes_the_base_and_declares_the_runtime_again_is_refused():
+    result = classify(v2=BASE_PLUS_RUNTIME)
+    assert result["active"] == "v2" and result["legacy"] == []
+    assert (
+        "table twice" in result["error"] and "remove the nvidia runtime's tables" in result["hint"]
+    )
+
+
+def test_gpustacks_own_earlier_template_is_removed_not_refused():
+    result = classify(v2=LEGACY)
+    assert result["legacy"] == ["v2"] and result["active"] == "" and result["error"] == ""
+    # one of the user's next to it is then the one k3s reads
+    result = classify(v2=LEGACY, v3=BASE_ONLY, version=3)
+    assert result["legacy"] == ["v2"] and result["active"] == "v3" and result["error"] == ""
+
+
+def test_a_template_that_replaces_the_base_must_declare_the_runtime():
+    result = classify(v2="version = 2\n")
+    assert "never reach containerd" in result["error"]
+    assert classify(v2=FULL_WITH_RUNTIME)["error"] == ""
+    # ... and set the default itself: k3s's default-runtime lives in the base
+    assert "default-runtime" in classify(v2=FULL_WITH_RUNTIME, default=True)["error"]
+    assert classify(v2=BASE_ONLY, default=True)["error"] == ""
+
+
+def test_the_template_k3s_reads_follows_its_containerd():
+    # containerd 1.x k3s reads config.toml.tmpl only; a containerd 2 k3s prefers the v3 name
+    assert classify(v2=BASE_ONLY, v3="version = 3\n", version=2)["error"] == ""
+    assert "never reach" in classify(v2=BASE_ONLY, v3="version = 3\n", version=3)["error"]
+    assert classify(v2="version = 2\n", version=3)["active"] == "v2"
+
+
+GENERATED = """version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd]
+  snapshotter = "overlayfs"
+  default_runtime_name = "nvidia"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes."nvidia"]
+  runtime_type = "io.containerd.runc.v2"
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes."nvidia".options]
+  BinaryName = "/usr/bin/nvidia-container-runtime"
+"""
+
+
+def test_generated_configuration():
+    binary = "/usr/bin/nvidia-container-runtime"
+    assert k3s_generated(GENERATED, "nvidia", binary) == {"wired": True, "default": True}
+    assert k3s_generated(GENERATED, "nvidia", "/other") == {"wired": False, "default": True}
+    v3 = GENERATED.replace("version = 2", "version = 3").replace(
+        "io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime"
+    )
+    assert k3s_generated(v3, "nvidia", binary)["wired"] is True
+    assert k3s_generated("", "nvidia", binary) == {"wired": False, "default": False}
+    assert k3s_generated("not toml [", "nvidia", binary) == {"wired": False, "default": False}
