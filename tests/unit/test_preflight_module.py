@@ -63,6 +63,31 @@ def test_runtime_version_strings(text, version):
     assert mod.first_version(text) == version
 
 
+def test_runtime_unit_is_the_one_that_runs(monkeypatch):
+    """k3s runs as k3s.service on a server and k3s-agent.service on an agent (RKE2 likewise):
+    the probe reports the active one, else the installed one, else the first."""
+
+    def states(table):
+        def answer(units):
+            pairs = {u: table.get(u, ("", "inactive")) for u in units}
+            return {u: {"enabled": e, "active": a} for u, (e, a) in pairs.items()}
+
+        return answer
+
+    units = ["k3s", "k3s-agent"]
+    monkeypatch.setattr(mod, "service_states", states({"k3s-agent.service": ("enabled", "active")}))
+    assert mod.runtime_unit(units) == "k3s-agent"
+    monkeypatch.setattr(
+        mod,
+        "service_states",
+        states({"k3s.service": ("disabled", "inactive"), "k3s-agent.service": ("", "inactive")}),
+    )
+    assert mod.runtime_unit(units) == "k3s"
+    monkeypatch.setattr(mod, "service_states", states({}))
+    assert mod.runtime_unit(["rke2-server", "rke2-agent"]) == "rke2-server"
+    assert mod.runtime_unit("containerd") == "containerd"
+
+
 def test_primary_runtime_precedence(monkeypatch):
     def kinds(*names):
         return [{"kind": n} for n in names]
