@@ -161,6 +161,47 @@ def test_switching_back_to_the_device_plugin_removes_the_dra_kubelet_plugin(
     assert report.nodes[0].check("capacity").status == "passed"
 
 
+def test_uninstall_after_switching_back_removes_what_the_dra_setting_left(
+    cluster, kubeconfig, clock
+):
+    """The DRA driver's DeviceClasses and RBAC outlive a switch back to the device plugin (they
+    hold no GPU); uninstall under the device-plugin setting deletes them too."""
+    emu = cluster.emulator
+    gpu_cluster(emu, {"gpu1": 1})
+    facts = {"gpu1": gpu_facts("gpu1", 1)}
+    assert flow.install(session_for(kubeconfig, ["gpu1"]), run_result(facts), clock=clock).passed
+    plugin = session_for(kubeconfig, ["gpu1"], {})
+    assert flow.install(plugin, run_result(facts), clock=clock).passed
+    assert emu.objects(RES, "DeviceClass")  # left by the switch
+
+    result = flow.uninstall(session_for(kubeconfig, ["gpu1"], {}))
+
+    assert "DeviceClass gpu.nvidia.com" in result["deleted"]
+    assert "DaemonSet gpustack-system/nvidia-device-plugin" in result["deleted"]
+    emu.tick()
+    assert emu.objects(RES, "DeviceClass") == []
+    assert emu.objects("rbac.authorization.k8s.io/v1", "ClusterRole") == [
+        o
+        for o in emu.objects("rbac.authorization.k8s.io/v1", "ClusterRole")
+        if (o["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") != "gpustack"
+    ]
+
+
+def test_uninstall_on_a_cluster_without_dra_passes_over_its_kinds(cluster, kubeconfig, clock):
+    emu = cluster.emulator
+    emu.without_dra()  # no resource.k8s.io/v1: no DeviceClass to look for
+    gpu_cluster(emu, {"gpu1": 1})
+    facts = {"gpu1": gpu_facts("gpu1", 1)}
+    assert flow.install(
+        session_for(kubeconfig, ["gpu1"], {}), run_result(facts), clock=clock
+    ).passed
+
+    result = flow.uninstall(session_for(kubeconfig, ["gpu1"], {}))
+
+    assert "DaemonSet gpustack-system/nvidia-device-plugin" in result["deleted"]
+    assert not [ref for ref in result["deleted"] if ref.startswith("DeviceClass")]
+
+
 def test_a_node_whose_gpus_are_all_claimed_is_skipped_not_disturbed(cluster, kubeconfig, clock):
     emu = cluster.emulator
     gpu_cluster(emu, {"gpu1": 1})

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
 from gpustack.errors import GpustackError
 from gpustack.k8s.cluster.connect import (
@@ -220,15 +221,24 @@ def remove_other_allocator(
     return removed
 
 
+def _served(cluster: Cluster, api_version: str, kind: str):
+    """The dynamic client's resource for a kind, or None when the cluster does not serve it."""
+    try:
+        return cluster.dynamic.resources.get(api_version=api_version, kind=kind)
+    except ResourceNotFoundError:
+        return None
+
+
 def delete_managed(
     cluster: Cluster, objects: list[dict[str, Any]], namespace: str
 ) -> tuple[list[str], list[str]]:
     """Delete every object labelled managed-by=gpustack of the kinds gpustack renders.
 
     Namespaced kinds are looked up in gpustack's namespace only; cluster-scoped ones
-    (RuntimeClass) cluster-wide, by label. The namespace itself goes last, and only when
-    gpustack created it (its label) and nothing of a user's lives in it. Returns
-    (deleted, kept) references.
+    (RuntimeClass, DeviceClass, ClusterRole) cluster-wide, by label. A kind the cluster does
+    not serve (DeviceClass before Kubernetes 1.34) is passed over. The namespace itself goes
+    last, and only when gpustack created it (its label) and nothing of a user's lives in it.
+    Returns (deleted, kept) references.
     """
     kept: list[str] = []
     kinds: list[tuple[str, str]] = []
@@ -239,9 +249,11 @@ def delete_managed(
     deleted = []
     for api_version, kind in reversed(kinds):
         resource = call(
-            lambda a=api_version, k=kind: cluster.dynamic.resources.get(api_version=a, kind=k),
+            lambda a=api_version, k=kind: _served(cluster, a, k),
             f"find the API for {api_version} {kind}",
         )
+        if resource is None:
+            continue  # a kind the cluster does not serve holds nothing of gpustack's
         where = {"namespace": namespace} if resource.namespaced else {}
         found = call(
             lambda r=resource, w=where: r.get(label_selector=MANAGED_SELECTOR, **w),

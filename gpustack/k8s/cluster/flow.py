@@ -228,10 +228,23 @@ def verify_cluster(
     return report
 
 
+def _every_setting(session: Session) -> list[dict[str, Any]]:
+    """The objects of the current setting and of the other GPU allocation: after a switch of
+    gpustack_k8s_gpu_allocation, the other one's objects (the DRA driver's DeviceClasses and
+    RBAC, or the device plugin's) are still gpustack's to delete."""
+    config = session.config
+    other = "dra" if config.gpu_allocation == "device-plugin" else "device-plugin"
+    # the settings that only the device plugin takes, at their defaults (render only)
+    unshared = {"time_slicing_replicas": 1, "mps_replicas": 1, "compat_with_cpu_manager": False}
+    other_config = config.model_copy(update={"gpu_allocation": other, **unshared})
+    servicemonitor = apply.crd_exists(session.cluster)
+    return [*_objects(session), *render(other_config, servicemonitor=servicemonitor, nfd_api=False)]
+
+
 def uninstall(session: Session) -> dict[str, Any]:
     """Delete gpustack's objects (by label) and the node labels gpustack recorded."""
     cluster = session.cluster
-    deleted, kept = apply.delete_managed(cluster, _objects(session), session.config.namespace)
+    deleted, kept = apply.delete_managed(cluster, _every_setting(session), session.config.namespace)
     unlabelled = []
     for node in cluster.list_all("/api/v1/nodes", "list nodes"):
         patch = nodes.unlabel_patch(node)
