@@ -18,7 +18,7 @@ offenders=$(grep -rlE '^\s*(import|from) kubernetes(\s|\.|$)' gpustack | grep -v
 [ -z "$offenders" ] || { echo "kubernetes imported outside gpustack/k8s/cluster/: $offenders"; exit 1; }
 echo "== unit tests"
 pytest -q tests
-echo "== upgrade makespan benchmark (simulated 200-node fleet; exits non-zero if its targets are missed)"
+echo "== upgrade makespan benchmark (simulated fleets of 200 and 1,000 nodes; exits non-zero if its targets are missed)"
 python benchmarks/upgrade_makespan.py
 echo "== lab tests (podman systemd nodes)"
 python -c 'from gpustack.lab import podman as p; print("cgroup layout:", p.cgroup_layout(), "| lab OCI runtime:", p.oci_runtime() or "podman default")'
