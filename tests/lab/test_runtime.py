@@ -301,13 +301,21 @@ def test_k3s_stand_in_is_as_strict_as_containerd(k3s):
                                     "journalctl -u k3s --no-pager | tail -3")  # fmt: skip
         assert proc.stdout.startswith(("failed", "inactive")), proc.stdout
         assert "defined twice" in proc.stdout or "already exists" in proc.stdout, proc.stdout
-    rc, doc = install(inventory, varsfile)
+    # Refused by gpu_preflight, before the toolkit role: the toolkit asked for is not installed.
+    installed = "dpkg-query -W -f='${Version}' nvidia-container-toolkit"
+    before = {node: ssh(inventory, node, installed).stdout for node in NODES}
+    other = next(v for v in lab_fixtures.VERSIONS if v != before[f"{LAB}-node1"])
+    rc, doc = install(inventory, varsfile, "-e", f"nvidia_container_toolkit_version={other}")
     assert rc == 1
     for node in NODES:
         message = doc["hosts"][node]["failures"][-1]["message"]
         assert k3s_template_name(node) in message and "table twice" in message, message
-        assert "Hint: remove the nvidia runtime's tables" in message
+        assert (
+            "Nothing was changed" in message
+            and "Hint: remove the nvidia runtime's tables" in message
+        )
         assert ssh(inventory, node, f"test -e {K3S_DROPIN}").returncode == 1
+        assert ssh(inventory, node, installed).stdout == before[node]
 
 
 def test_k3s_wired_by_its_own_detection_default_runtime_and_uninstall(k3s):
