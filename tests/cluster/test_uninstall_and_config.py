@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpustack.errors import BadInput
+from gpustack.errors import BadInput, GpustackError
 from gpustack.k8s.cluster import connect, flow
 from tests.cluster.helpers import gpu_cluster, gpu_facts, inventory, run_result, verify_pods
 from tests.conftest import run_cli, runs_started
@@ -72,6 +72,51 @@ def test_uninstall_keeps_a_namespace_gpustack_did_not_create(cluster, kubeconfig
     )
     flow.uninstall(session)
     assert emu.get("v1", "Namespace", "gpu-ops") is not None
+
+
+K3S_RUNTIMECLASS = {  # what k3s's deploy controller creates (k3s-io/k3s issue 8700)
+    "apiVersion": "node.k8s.io/v1",
+    "kind": "RuntimeClass",
+    "metadata": {"name": "nvidia", "labels": {"objectset.rio.cattle.io/hash": "0123abcd"}},
+    "handler": "nvidia",
+}
+
+
+def test_a_runtimeclass_of_someone_elses_is_kept_not_taken_over(cluster, kubeconfig, clock):
+    """k3s and the GPU Operator create RuntimeClass nvidia themselves: gpustack uses it as it is
+    and leaves it to its owner on uninstall."""
+    emu = cluster.emulator
+    gpu_cluster(emu, {"gpu1": 1})
+    emu.create(K3S_RUNTIMECLASS)
+    session = flow.prepare(str(kubeconfig), inventory(kubeconfig.parent, ["gpu1"]), {})
+
+    report = flow.install(session, run_result({"gpu1": gpu_facts("gpu1", 1)}), clock=clock)
+
+    assert report.passed, report.to_dict()
+    actions = {(a.kind, a.name): a.action for a in report.applied}
+    assert actions[("RuntimeClass", "nvidia")] == "kept (not gpustack's)"
+    runtime_class = emu.get("node.k8s.io/v1", "RuntimeClass", "nvidia")
+    assert runtime_class["metadata"]["labels"] == K3S_RUNTIMECLASS["metadata"]["labels"]
+    removed = flow.uninstall(session)
+    assert "RuntimeClass nvidia" not in removed["deleted"]
+    assert emu.get("node.k8s.io/v1", "RuntimeClass", "nvidia") is not None
+
+
+def test_a_runtimeclass_of_that_name_with_another_handler_is_refused(cluster, kubeconfig, clock):
+    emu = cluster.emulator
+    gpu_cluster(emu, {"gpu1": 1})
+    emu.create({**K3S_RUNTIMECLASS, "handler": "runc"})
+    session = flow.prepare(str(kubeconfig), inventory(kubeconfig.parent, ["gpu1"]), {})
+
+    with pytest.raises(GpustackError) as info:
+        flow.install(session, run_result({"gpu1": gpu_facts("gpu1", 1)}), clock=clock)
+
+    assert "handler 'runc'" in info.value.message and "nothing was applied" in info.value.message
+    assert "gpustack_k8s_runtime_class" in info.value.hint
+    assert emu.get("v1", "Namespace", NS) is None
+    assert emu.objects("apps/v1", "DaemonSet") == []
+    labels = emu.get("v1", "Node", "gpu1")["metadata"]["labels"]
+    assert not [key for key in labels if key.startswith("nvidia.com/gpu.deploy")]
 
 
 def test_kubeconfig_missing_malformed_unreachable(tmp_path, cluster):

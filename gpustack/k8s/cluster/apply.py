@@ -35,7 +35,7 @@ class Applied:
     kind: str
     name: str
     namespace: str | None
-    action: str  # created, configured, unchanged, would apply (check mode)
+    action: str  # created, configured, unchanged, kept (not gpustack's), would apply (check mode)
 
     @property
     def ref(self) -> str:
@@ -61,10 +61,14 @@ def apply_objects(
     """Server-side apply each object in order; report what changed."""
     done = []
     absent_namespaces = set()  # check mode: a namespace that would be created holds nothing yet
+    others = runtime_classes_of_others(cluster, objects)  # refused before anything is applied
     for obj in objects:
         meta = obj["metadata"]
         name, namespace = meta["name"], meta.get("namespace")
         ref = f"{obj['kind']} {namespace + '/' if namespace else ''}{name}"
+        if obj["kind"] == "RuntimeClass" and name in others:
+            done.append(Applied(obj["kind"], name, namespace, "kept (not gpustack's)"))
+            continue
         if dry_run and namespace in absent_namespaces:
             done.append(Applied(obj["kind"], name, namespace, "would create"))
             continue
@@ -94,6 +98,38 @@ def apply_objects(
             action = "configured"
         done.append(Applied(obj["kind"], name, namespace, action))
     return done
+
+
+def runtime_classes_of_others(cluster: Cluster, objects: list[dict[str, Any]]) -> set[str]:
+    """The RuntimeClasses gpustack renders that exist without its label: k3s installs one named
+    nvidia itself (k3s-io/k3s issue 8700), and so does the GPU Operator. gpustack does not take
+    them over (uninstall would delete them): one with the same handler serves gpustack's pods as
+    it is and is kept; one with another handler is refused, before anything is applied."""
+    kept = set()
+    for obj in objects:
+        if obj["kind"] != "RuntimeClass":
+            continue
+        name = obj["metadata"]["name"]
+        try:
+            found = cluster.raw("GET", f"/apis/node.k8s.io/v1/runtimeclasses/{name}")
+        except ApiException as exc:
+            if exc.status == 404:
+                continue
+            raise GpustackError(
+                f"cannot read RuntimeClass {name}: {status_message(exc)}", api_hint(exc)
+            ) from None
+        labels = (found.get("metadata") or {}).get("labels") or {}
+        if labels.get(MANAGED_LABEL) == COMMON_LABELS[MANAGED_LABEL]:
+            continue
+        if found.get("handler") != obj["handler"]:
+            raise GpustackError(
+                f"RuntimeClass {name} exists with handler {found.get('handler')!r}, not "
+                f"{obj['handler']!r}, and gpustack did not create it; nothing was applied",
+                "set gpustack_k8s_runtime_class to another name, or delete that RuntimeClass "
+                "if nothing uses it",
+            )
+        kept.add(name)
+    return kept
 
 
 def _get_or_none(cluster, resource, name, namespace, ref):

@@ -167,6 +167,8 @@ def install(
     targets = _targets(session, result, matches)
     session.config = config = derived_config(session, targets)
     report.mig_strategy = config.mig_strategy
+    objects = _objects(session, report)
+    apply.runtime_classes_of_others(cluster, objects)  # a refusal comes before any label
     labelled: dict[str, dict[str, str]] = {}
     for target in targets:
         if target.error or target.node is None:
@@ -183,7 +185,6 @@ def install(
         for key in [k for k, v in wanted.items() if v is None]:
             new_labels.pop(key, None)
         labelled[target.node_name] = new_labels
-    objects = _objects(session, report)
     report.applied = apply.apply_objects(cluster, objects, dry_run=check)
     if check:
         return report
