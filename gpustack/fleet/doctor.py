@@ -197,8 +197,12 @@ def find_problems(
             add(
                 "warning",
                 f"{runtime} is installed but not running",
-                f"start it: systemctl enable --now {runtime}",
+                f"start it: systemctl enable --now {entry.get('service') or runtime}",
             )
+        # k3s/RKE2: a containerd template install refuses (docs/runtime.md, "k3s and RKE2")
+        check = entry.get("template_check") or {}
+        if check.get("error"):
+            add("error", f"{check.get('template')}: {check['error']}", check.get("hint", ""))
     refusal = cri_dockerd_refusal(pf, runtime_class)
     if refusal:
         add(refusal.severity, refusal.message, refusal.hint)

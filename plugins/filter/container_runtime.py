@@ -15,9 +15,12 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import base64
 import copy
 import json
+import os
 import re
+import sys
 
 try:
     import tomllib
@@ -30,6 +33,15 @@ except ImportError:  # pragma: no cover
     AnsibleFilterError = ValueError
 
 import tomlkit
+
+try:
+    from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_k3s import (
+        TEMPLATES,
+        k3s_templates,
+    )
+except ImportError:  # loaded as a file, outside Ansible's collection loader (unit tests)
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "../module_utils"))
+    from gpustack_k3s import TEMPLATES, k3s_templates
 
 CRI_KEYS = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 DUMP_RUNTIME_KEYS = ("io.containerd.cri.v1.runtime", "io.containerd.grpc.v1.cri", "cri")
@@ -314,33 +326,18 @@ def flatten(value, prefix=""):
     return out
 
 
-# k3s and RKE2 (docs/runtime.md, "k3s and RKE2"). They generate containerd's config.toml at
-# every start from a Go template: their own ("base"), or the user's config-v3.toml.tmpl or
-# config.toml.tmpl, which may include the base with {{ template "base" . }}. The base declares
-# every runtime k3s finds (nvidia and nvidia-experimental: nvidia-container-runtime on PATH or
-# under /usr/local/nvidia/toolkit; k3s pkg/agent/containerd/nvidia.go) and, with
-# --default-runtime, default_runtime_name (k3s pkg/agent/templates/templates_linux.go). So gpustack
-# writes no template: the toolkit puts the runtime where k3s finds it, a config.yaml.d drop-in sets
-# default-runtime when asked to, and k3s restarts. A template that includes the base and declares
-# the runtime again makes containerd refuse the generated file (a table defined twice: containerd
-# 1.6.20, 1.7.24 and 2.1.9 all refuse it; tests/fixtures/k3s).
-K3S_BASE = re.compile(r"\{\{-?\s*template\s+\"base\"\s+\.\s*-?\}\}")
-# The template gpustack wrote before 2026-11-26: the base, "# Ansible managed", the runtime.
-K3S_LEGACY_MARK = "# Ansible managed"
-
-
-def _k3s_declares(text, name):
-    """Whether a template's text declares the runtime `name` as a table (any quoting)."""
-    quoted = r"[\"']?%s[\"']?" % re.escape(name)
-    header = r"^\s*\[\s*plugins\s*\.[^\]\n]*\.\s*runtimes\s*\.\s*%s\s*\]" % quoted
-    return re.search(header, text or "", re.M) is not None
-
-
-def _k3s_legacy(text, name):
-    """Whether a template is the one gpustack wrote before 2026-11-26."""
-    lines = (text or "").strip().splitlines()
-    first = lines[0].strip() if lines else ""
-    return bool(K3S_BASE.fullmatch(first)) and K3S_LEGACY_MARK in text and _k3s_declares(text, name)
+def k3s_read_templates(files, name, want_default=False, config_version=2):
+    """k3s_templates (module_utils/gpustack_k3s.py) on gpustack_reads' answer: files is
+    {file name: {exists, content (base64)}}; names other than the templates are ignored."""
+    texts = {}
+    for key in TEMPLATES:
+        found = files.get(key) or {}
+        texts[key] = (
+            base64.b64decode(found.get("content") or "").decode("utf-8", "replace")
+            if found.get("exists")
+            else None
+        )
+    return k3s_templates(texts, name, want_default, config_version)
 
 
 def k3s_generated(text, name, binary):
@@ -362,61 +359,6 @@ def k3s_generated(text, name, binary):
     return {"wired": False, "default": False}
 
 
-K3S_REFUSALS = {
-    "twice": (
-        "it includes k3s's base template and declares the {name} runtime too; the base declares "
-        "that runtime itself once nvidia-container-runtime is on PATH, and containerd refuses a "
-        "configuration with the table twice, so k3s's next start would fail",
-        "remove the {name} runtime's tables from the template (k3s adds them), then run again",
-    ),
-    "missing": (
-        "it replaces k3s's base template and does not declare the {name} runtime, so the runtimes "
-        "k3s finds never reach containerd",
-        'start the template with {{{{ template "base" . }}}}, or declare the runtime in it',
-    ),
-    "default": (
-        "it replaces k3s's base template, where k3s's default-runtime setting takes effect",
-        'set default_runtime_name = "{name}" in the template and container_runtime_nvidia_default '
-        "to false, or include the base",
-    ),
-}
-
-
-def k3s_templates(files, name, want_default=False, config_version=2):
-    """Which containerd template k3s reads, whose it is, and what gpustack must refuse.
-
-    files: {"v3": text or None, "v2": text or None} for config-v3.toml.tmpl and config.toml.tmpl.
-    A k3s on containerd 2 (its generated config.toml at version 3) reads config-v3.toml.tmpl when
-    it exists, else config.toml.tmpl; one on containerd 1.x reads config.toml.tmpl. Returns
-    {"legacy": [keys of templates gpustack wrote earlier: removed], "active": key or "",
-    "extends_base", "declares", "error" and "hint" ("" when nothing is refused)}. gpustack's own
-    old templates never count as active: they go, and k3s's base takes their place.
-    """
-    legacy = [key for key in ("v3", "v2") if _k3s_legacy(files.get(key), name)]
-    present = [key for key in ("v3", "v2") if files.get(key) is not None]
-    user = dict((key, files[key]) for key in present if key not in legacy)
-    v3_first = int(config_version or 2) >= 3
-    active = "v3" if v3_first and "v3" in user else ("v2" if "v2" in user else "")
-    result = {"legacy": legacy, "active": active, "extends_base": True, "declares": False}
-    result.update(error="", hint="")
-    if not active:
-        return result
-    extends = K3S_BASE.search(user[active]) is not None
-    declares = _k3s_declares(user[active], name)
-    result.update(extends_base=extends, declares=declares)
-    refusal = ""
-    if extends and declares:
-        refusal = "twice"
-    elif not extends and not declares:
-        refusal = "missing"
-    elif not extends and str(want_default).lower() in ("1", "true", "yes"):
-        refusal = "default"
-    if refusal:
-        error, hint = K3S_REFUSALS[refusal]
-        result.update(error=error.format(name=name), hint=hint.format(name=name))
-    return result
-
-
 class FilterModule(object):
     def filters(self):
         return {
@@ -429,6 +371,6 @@ class FilterModule(object):
             "gpustack_docker_info": docker_info,
             "gpustack_docker_loaded": docker_loaded,
             "gpustack_toml_canonical": toml_canonical,
-            "gpustack_k3s_templates": k3s_templates,
+            "gpustack_k3s_templates": k3s_read_templates,
             "gpustack_k3s_generated": k3s_generated,
         }

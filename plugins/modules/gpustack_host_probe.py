@@ -101,6 +101,10 @@ from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host im
     toml_has_runtime,
     which,
 )
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_k3s import (
+    TEMPLATES,
+    k3s_templates,
+)
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_kubelet import (
     cri_dockerd,
     kubelet,
@@ -317,7 +321,20 @@ def runtime_unit(units):
     return units[0]
 
 
-def runtimes(where, rke2_bin):
+def k3s_template_check(config_path, config_version, name):
+    """k3s/RKE2: the containerd template k3s reads next to its generated config_path, and what
+    gpustack's install would refuse in it (module_utils/gpustack_k3s.py); doctor reports it."""
+    directory = os.path.dirname(config_path)
+    files = dict((name, read(os.path.join(directory, name))) for name in TEMPLATES)
+    check = k3s_templates(files, name, False, config_version or 2)
+    return {
+        "template": os.path.join(directory, check["active"]) if check["active"] else None,
+        "error": check["error"],
+        "hint": check["hint"],
+    }
+
+
+def runtimes(where, rke2_bin, nvidia_name="nvidia"):
     """The container runtimes on the host; where: {kind: {config, service}} (role vars)."""
     found = []
 
@@ -337,6 +354,10 @@ def runtimes(where, rke2_bin):
         }
         if kind not in ("crio", "docker"):  # containerd's TOML, k3s and RKE2 included
             entry["config_version"] = containerd_config_version(config_path)
+        if kind in ("k3s", "rke2"):
+            entry["template_check"] = k3s_template_check(
+                config_path, entry["config_version"], nvidia_name
+            )
         found.append(entry)
 
     k3s = which("k3s")
@@ -380,7 +401,9 @@ def preflight(params):
     kernel = platform.release()
     modules = loaded_modules()
     gpus, switches = pci_devices()
-    found = runtimes(params["runtimes"], params["rke2_bin"])
+    found = runtimes(
+        params["runtimes"], params["rke2_bin"], params["runtime"].get("nvidia_name") or "nvidia"
+    )
     kube = kubelet()
     return {
         "os": osinfo,

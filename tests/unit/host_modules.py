@@ -18,7 +18,13 @@ ROOT = Path(__file__).resolve().parents[2]
 UTILS = ROOT / "plugins/module_utils"
 PACKAGE = "ansible_collections.gpustack.gpustack.plugins.module_utils"
 # Each imports only those before it.
-ORDER = ("gpustack_host", "gpustack_stamps", "gpustack_containerd", "gpustack_kubelet")
+ORDER = (
+    "gpustack_host",
+    "gpustack_stamps",
+    "gpustack_containerd",
+    "gpustack_kubelet",
+    "gpustack_k3s",
+)
 
 
 def _exec(name: str, path: Path):

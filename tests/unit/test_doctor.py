@@ -125,3 +125,18 @@ def test_cri_dockerd_of_unknown_version_is_a_warning():
     assert [p.severity for p in problems] == ["warning"]
     assert "unknown version" in problems[0].message
     assert "cri-dockerd --version" in problems[0].hint
+
+
+def test_a_k3s_template_that_install_refuses_is_an_error_with_its_hint():
+    """The probe's template_check (module_utils/gpustack_k3s.py) on a k3s agent node."""
+    path = "/var/lib/rancher/k3s/agent/etc/containerd/config.toml.tmpl"
+    check = {"template": path, "error": "it includes k3s's base template and ...", "hint": "remove"}
+    entry = {"kind": "k3s", "active": False, "service": "k3s-agent", "template_check": check}
+    found = doctor.find_problems("h", facts(runtime="k3s", runtimes=[entry]))
+    (problem,) = [p for p in found if p.severity == "error"]
+    assert problem.message.startswith(path + ": it includes") and problem.hint == "remove"
+    (stopped,) = [p for p in found if "not running" in p.message]
+    assert stopped.hint == "start it: systemctl enable --now k3s-agent"
+    entry["template_check"] = {"template": None, "error": "", "hint": ""}
+    found = doctor.find_problems("h", facts(runtime="k3s", runtimes=[entry]))
+    assert not [p for p in found if p.severity == "error"]

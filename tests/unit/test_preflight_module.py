@@ -270,3 +270,20 @@ def test_kernel_headers_missing_and_not_in_the_package_lists(monkeypatch, apt_li
     monkeypatch.setattr(mod, "run", lambda argv: (0, "N: Unable to locate package x\n", ""))
     monkeypatch.setattr(mod.os.path, "isdir", lambda path: False)
     assert mod.kernel_headers("6.18.44-fc", "Debian")["available"] is False
+
+
+def test_k3s_template_check_reads_the_template_k3s_reads(tmp_path):
+    """doctor's view of a k3s node's containerd templates (install refuses the same)."""
+    generated = tmp_path / "config.toml"
+    generated.write_text("version = 2\n")
+    assert mod.k3s_template_check(str(generated), 2, "nvidia") == {
+        "template": None,
+        "error": "",
+        "hint": "",
+    }
+    (tmp_path / "config.toml.tmpl").write_text(
+        '{{ template "base" . }}\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
+    )
+    check = mod.k3s_template_check(str(generated), 2, "nvidia")
+    assert check["template"] == str(tmp_path / "config.toml.tmpl")
+    assert "table twice" in check["error"] and check["hint"]

@@ -2,11 +2,12 @@
 checks (filters gpustack_k3s_templates, gpustack_k3s_generated). No CRI-O or k3s here: the lab's
 k3s stand-in (tests/fixtures/k3s, tests/lab/test_k3s.py) runs the role against real containerd."""
 
+import base64
 import tomllib
 
 import yaml
 
-from plugins.filter.container_runtime import k3s_generated, k3s_templates
+from plugins.filter.container_runtime import k3s_generated, k3s_read_templates, k3s_templates
 from tests.conftest import ROOT, run_playbook
 
 
@@ -72,8 +73,11 @@ BASE_ONLY = """{{ template "base" . }}
 """
 
 
+V2, V3 = "config.toml.tmpl", "config-v3.toml.tmpl"
+
+
 def classify(v2=None, v3=None, default=False, version=2):
-    return k3s_templates({"v2": v2, "v3": v3}, "nvidia", default, version)
+    return k3s_templates({V2: v2, V3: v3}, "nvidia", default, version)
 
 
 def test_no_template_is_fine():
@@ -89,7 +93,7 @@ def test_no_template_is_fine():
 
 def test_a_template_that_includes_the_base_and_declares_the_runtime_again_is_refused():
     result = classify(v2=BASE_PLUS_RUNTIME)
-    assert result["active"] == "v2" and result["legacy"] == []
+    assert result["active"] == V2 and result["legacy"] == []
     assert (
         "table twice" in result["error"] and "remove the nvidia runtime's tables" in result["hint"]
     )
@@ -97,10 +101,10 @@ def test_a_template_that_includes_the_base_and_declares_the_runtime_again_is_ref
 
 def test_gpustacks_own_earlier_template_is_removed_not_refused():
     result = classify(v2=LEGACY)
-    assert result["legacy"] == ["v2"] and result["active"] == "" and result["error"] == ""
+    assert result["legacy"] == [V2] and result["active"] == "" and result["error"] == ""
     # one of the user's next to it is then the one k3s reads
     result = classify(v2=LEGACY, v3=BASE_ONLY, version=3)
-    assert result["legacy"] == ["v2"] and result["active"] == "v3" and result["error"] == ""
+    assert result["legacy"] == [V2] and result["active"] == V3 and result["error"] == ""
 
 
 def test_a_template_that_replaces_the_base_must_declare_the_runtime():
@@ -116,7 +120,16 @@ def test_the_template_k3s_reads_follows_its_containerd():
     # containerd 1.x k3s reads config.toml.tmpl only; a containerd 2 k3s prefers the v3 name
     assert classify(v2=BASE_ONLY, v3="version = 3\n", version=2)["error"] == ""
     assert "never reach" in classify(v2=BASE_ONLY, v3="version = 3\n", version=3)["error"]
-    assert classify(v2="version = 2\n", version=3)["active"] == "v2"
+    assert classify(v2="version = 2\n", version=3)["active"] == V2
+
+
+def test_the_role_judges_gpustack_reads_answer():
+    reads = {
+        V2: {"exists": True, "content": base64.b64encode(BASE_PLUS_RUNTIME.encode()).decode()},
+        V3: {"exists": False, "content": ""},
+        "config.toml": {"exists": True, "content": ""},  # not a template: ignored
+    }
+    assert k3s_read_templates(reads, "nvidia") == classify(v2=BASE_PLUS_RUNTIME)
 
 
 GENERATED = """version = 2
