@@ -358,3 +358,23 @@ def test_k3s_wired_by_its_own_detection_default_runtime_and_uninstall(k3s):
         assert k3s_generated(inventory, node) == {"wired": True, "default": False}  # k3s's own
         record = "/var/lib/gpustack/container_runtime.json"
         assert ssh(inventory, node, f"test -e {record}").returncode == 1
+
+
+def test_a_k3s_started_before_the_toolkit_is_restarted_to_find_it(k3s):
+    """The usual first install on a k3s node: k3s runs, the toolkit comes after, and k3s finds
+    the runtime only at its next start."""
+    inventory, varsfile = k3s
+    hide = f"mv {BIN} /root/hidden-runtime && systemctl restart k3s && sleep 1 && k3s ctr version"
+    for node in NODES:
+        assert ssh(inventory, node, hide).returncode == 0
+        assert ssh(inventory, node, f"mv /root/hidden-runtime {BIN}").returncode == 0
+        assert k3s_generated(inventory, node) == {"wired": False, "default": False}
+    started = {node: k3s_started(inventory, node) for node in NODES}
+
+    rc, doc = install(inventory, varsfile)
+
+    assert rc == 0, json.dumps({h: v["failures"] for h, v in doc["hosts"].items()})
+    for node in NODES:
+        assert k3s_started(inventory, node) != started[node]
+        assert k3s_generated(inventory, node) == {"wired": True, "default": False}
+        assert doc["hosts"][node]["facts"]["gpustack_runtime"]["wired"] is True
