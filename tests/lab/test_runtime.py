@@ -267,22 +267,39 @@ def changed(doc):
     return {host: result["changed"] for host, result in doc["hosts"].items()}
 
 
+def stand_in(inventory, product):
+    """The k3s stand-in installed and started on every node as k3s.service, or as RKE2's
+    rke2-server.service (with RKE2's ctr at /var/lib/rancher/rke2/bin/ctr)."""
+    unit = "k3s" if product == "k3s" else "rke2-server"
+    for node in NODES:
+        for name, dest in ((K3S / "k3s", f"/usr/local/bin/{product}"),
+                           (K3S / f"{unit}.service", "/etc/systemd/system/")):  # fmt: skip
+            lab_fixtures._run("podman", "cp", str(name), f"gpustack-{node}:{dest}")
+        ctr = "ctr --address /run/k3s/containerd/containerd.sock"
+        proc = ssh(inventory, node, "mkdir -p /var/lib/rancher/rke2/bin && "
+                                    "ln -sf /usr/bin/ctr /var/lib/rancher/rke2/bin/ctr && "
+                                    f"systemctl daemon-reload && systemctl start {unit} && "
+                                    f"for i in $(seq 30); do {ctr} version >/dev/null 2>&1 && exit 0; "
+                                    f"sleep 1; done; journalctl -u {unit} --no-pager | tail -5; exit 1")  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return unit
+
+
+def stand_in_removed(inventory, product, unit):
+    for node in NODES:
+        ssh(inventory, node, f"systemctl stop {unit}; rm -rf /usr/local/bin/{product} "
+                             f"/etc/systemd/system/{unit}.service /var/lib/rancher /etc/rancher "
+                             "/run/k3s /var/lib/gpustack/container_runtime.json; "
+                             "systemctl daemon-reload")  # fmt: skip
+
+
 @pytest.fixture
 def k3s(lab):
     """The stand-in as k3s.service on every node, started; removed afterwards."""
     inventory, varsfile = lab
-    for node in NODES:
-        for name, dest in (("k3s", "/usr/local/bin/k3s"), ("k3s.service", "/etc/systemd/system/")):
-            lab_fixtures._run("podman", "cp", str(K3S / name), f"gpustack-{node}:{dest}")
-        proc = ssh(inventory, node, "systemctl daemon-reload && systemctl start k3s && "
-                                    "for i in $(seq 30); do k3s ctr version >/dev/null 2>&1 && exit 0; "
-                                    "sleep 1; done; journalctl -u k3s --no-pager | tail -5; exit 1")  # fmt: skip
-        assert proc.returncode == 0, proc.stdout + proc.stderr
+    unit = stand_in(inventory, "k3s")
     yield inventory, varsfile
-    for node in NODES:
-        ssh(inventory, node, "systemctl stop k3s; rm -rf /usr/local/bin/k3s /etc/systemd/system/k3s.service "
-                             "/var/lib/rancher /etc/rancher /run/k3s /var/lib/gpustack/container_runtime.json; "
-                             "systemctl daemon-reload")  # fmt: skip
+    stand_in_removed(inventory, "k3s", unit)
 
 
 def test_k3s_stand_in_is_as_strict_as_containerd(k3s):
@@ -378,3 +395,33 @@ def test_a_k3s_started_before_the_toolkit_is_restarted_to_find_it(k3s):
         assert k3s_started(inventory, node) != started[node]
         assert k3s_generated(inventory, node) == {"wired": True, "default": False}
         assert doc["hosts"][node]["facts"]["gpustack_runtime"]["wired"] is True
+
+
+def test_rke2_server_wired_with_rke2_paths_and_unit(lab):
+    """RKE2 runs k3s's agent code with its own paths and units: rke2-server restarts (not
+    rke2-agent), its ctr answers, the drop-in goes to /etc/rancher/rke2/config.yaml.d."""
+    inventory, varsfile = lab
+    unit = stand_in(inventory, "rke2")
+    try:
+        rc, doc = install(inventory, varsfile, "-e", "container_runtime_nvidia_default=true")
+        assert rc == 0, json.dumps({h: v["failures"] for h, v in doc["hosts"].items()})
+        dropin = "/etc/rancher/rke2/config.yaml.d/90-gpustack-nvidia.yaml"
+        for node in NODES:
+            facts = doc["hosts"][node]["facts"]["gpustack_runtime"]
+            assert facts["kind"] == "rke2" and facts["wired"] is True, facts
+            generated = ssh(
+                inventory, node, "cat /var/lib/rancher/rke2/agent/etc/containerd/config.toml"
+            )
+            assert cr.k3s_generated(generated.stdout, "nvidia", BIN) == {
+                "wired": True,
+                "default": True,
+            }
+            assert ssh(inventory, node, f"test -e {dropin}").returncode == 0
+            assert ssh(inventory, node, f"systemctl is-active {unit}").stdout.strip() == "active"
+        proc = run_cli("uninstall", str(inventory), "--components", "runtime", "--yes")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        for node in NODES:
+            assert ssh(inventory, node, f"test -e {dropin}").returncode == 1
+            assert ssh(inventory, node, f"systemctl is-active {unit}").stdout.strip() == "active"
+    finally:
+        stand_in_removed(inventory, "rke2", unit)
