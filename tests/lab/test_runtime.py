@@ -17,7 +17,7 @@ import tomllib
 import pytest
 
 from tests.conftest import ROOT, run_cli
-from tests.fixtures import lab_fixtures
+from tests.fixtures import k3s_templates, lab_fixtures
 from tests.lab.test_lab import ssh
 from tests.unit.test_driver_filters import load
 
@@ -227,25 +227,6 @@ def test_toolkit_pinned_held_upgraded_and_unknown_version_refused(lab):
 K3S = ROOT / "tests/fixtures/k3s"
 K3S_ETC = "/var/lib/rancher/k3s/agent/etc/containerd"
 K3S_DROPIN = "/etc/rancher/k3s/config.yaml.d/90-gpustack-nvidia.yaml"
-# What users copy from k3s guides and NixOS modules: the base, then the runtime again.
-K3S_USER_TEMPLATE = """{{ template "base" . }}
-
-[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
-  runtime_type = "io.containerd.runc.v2"
-[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
-  BinaryName = "/usr/bin/nvidia-container-runtime"
-"""
-# What gpustack wrote before 2026-11-26 (k3s-config.toml.tmpl.j2, as Ansible rendered it).
-K3S_LEGACY = """{{ template "base" . }}
-
-# Ansible managed
-[plugins.'KEY'.containerd.runtimes.'nvidia']
-  runtime_type = "io.containerd.runc.v2"
-
-[plugins.'KEY'.containerd.runtimes.'nvidia'.options]
-  BinaryName = "/usr/bin/nvidia-container-runtime"
-  SystemdCgroup = {{ .SystemdCgroup }}
-"""
 
 
 def k3s_template_name(node):
@@ -310,7 +291,7 @@ def test_k3s_stand_in_is_as_strict_as_containerd(k3s):
     assert rc == 0, json.dumps({h: v["failures"] for h, v in doc["hosts"].items()})
     for node in NODES:
         name = k3s_template_name(node)
-        text = K3S_USER_TEMPLATE
+        text = k3s_templates.BASE_PLUS_RUNTIME
         if NODES[node] == "2.1":
             text = text.replace('"io.containerd.grpc.v1.cri"', "'io.containerd.cri.v1.runtime'")
         proc = ssh(inventory, node, f"cat > {K3S_ETC}/{name} <<'EOF'\n{text}EOF\n"
@@ -340,8 +321,8 @@ def test_k3s_wired_by_its_own_detection_default_runtime_and_uninstall(k3s):
     # A k3s that an earlier gpustack wired: its template (which k3s rejects now) is removed.
     for node in NODES:
         v3 = NODES[node] == "2.1"
-        text = K3S_LEGACY.replace(
-            "KEY", "io.containerd.cri.v1.runtime" if v3 else "io.containerd.grpc.v1.cri"
+        text = k3s_templates.legacy(
+            "io.containerd.cri.v1.runtime" if v3 else "io.containerd.grpc.v1.cri"
         )
         proc = ssh(inventory, node, f"cat > {K3S_ETC}/config.toml.tmpl <<'EOF'\n{text}EOF")
         assert proc.returncode == 0

@@ -9,6 +9,7 @@ import yaml
 
 from plugins.filter.container_runtime import k3s_generated, k3s_read_templates, k3s_templates
 from tests.conftest import ROOT, run_playbook
+from tests.fixtures import k3s_templates as templates
 
 
 def render(tmp_path, **variables):
@@ -43,26 +44,8 @@ def test_k3s_dropin_sets_only_the_default_runtime(tmp_path):
     assert dropin.startswith("#")  # "Ansible managed", as a comment
 
 
-# What users write (k3s docs, NixOS modules): the base, then the runtime again.
-BASE_PLUS_RUNTIME = """{{ template "base" . }}
-
-[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]
-  runtime_type = "io.containerd.runc.v2"
-[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia.options]
-  BinaryName = "/usr/bin/nvidia-container-runtime"
-"""
-# What gpustack wrote before 2026-11-26 (roles/container_runtime/templates/k3s-config.toml.tmpl.j2).
-LEGACY = """{{ template "base" . }}
-
-
-# Ansible managed
-[plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.'nvidia']
-  runtime_type = "io.containerd.runc.v2"
-
-[plugins.'io.containerd.grpc.v1.cri'.containerd.runtimes.'nvidia'.options]
-  BinaryName = "/usr/bin/nvidia-container-runtime"
-  SystemdCgroup = {{ .SystemdCgroup }}
-"""
+BASE_PLUS_RUNTIME = templates.BASE_PLUS_RUNTIME
+LEGACY = templates.legacy()
 FULL_WITH_RUNTIME = """version = 2
 [plugins."io.containerd.grpc.v1.cri".containerd.runtimes."nvidia"]
   runtime_type = "io.containerd.runc.v2"

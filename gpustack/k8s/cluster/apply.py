@@ -110,14 +110,11 @@ def runtime_classes_of_others(cluster: Cluster, objects: list[dict[str, Any]]) -
         if obj["kind"] != "RuntimeClass":
             continue
         name = obj["metadata"]["name"]
-        try:
-            found = cluster.raw("GET", f"/apis/node.k8s.io/v1/runtimeclasses/{name}")
-        except ApiException as exc:
-            if exc.status == 404:
-                continue
-            raise GpustackError(
-                f"cannot read RuntimeClass {name}: {status_message(exc)}", api_hint(exc)
-            ) from None
+        found = read_or_none(
+            cluster, f"/apis/node.k8s.io/v1/runtimeclasses/{name}", f"RuntimeClass {name}"
+        )
+        if found is None:
+            continue
         labels = (found.get("metadata") or {}).get("labels") or {}
         if labels.get(MANAGED_LABEL) == COMMON_LABELS[MANAGED_LABEL]:
             continue
@@ -175,16 +172,21 @@ def _selects(ds: dict[str, Any], labels: dict[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in (spec.get("nodeSelector") or {}).items())
 
 
-def get_daemonset(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
-    """The DaemonSet as the API server has it; None when it does not exist."""
+def read_or_none(cluster: Cluster, path: str, ref: str) -> dict[str, Any] | None:
+    """An object as the API server has it (GET path); None when it does not exist."""
     try:
-        return cluster.raw("GET", f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}")
+        return cluster.raw("GET", path)
     except ApiException as exc:
         if exc.status != 404:
-            raise GpustackError(
-                f"cannot read DaemonSet {namespace}/{name}: {status_message(exc)}", api_hint(exc)
-            ) from None
+            message = f"cannot read {ref}: {status_message(exc)}"
+            raise GpustackError(message, api_hint(exc)) from None
         return None
+
+
+def get_daemonset(cluster: Cluster, namespace: str, name: str) -> dict[str, Any] | None:
+    """The DaemonSet as the API server has it; None when it does not exist."""
+    path = f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}"
+    return read_or_none(cluster, path, f"DaemonSet {namespace}/{name}")
 
 
 def wait_daemonsets(
@@ -241,17 +243,12 @@ def remove_other_allocator(
     for name in ALLOCATOR_DAEMONSETS:
         if name in rendered:
             continue
-        path = f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}"
-        try:
-            ds = cluster.raw("GET", path)
-        except ApiException as exc:
-            if exc.status == 404:
-                continue
-            raise GpustackError(
-                f"cannot read DaemonSet {namespace}/{name}: {status_message(exc)}", api_hint(exc)
-            ) from None
+        ds = get_daemonset(cluster, namespace, name)
+        if ds is None:
+            continue
         if ((ds.get("metadata") or {}).get("labels") or {}).get(MANAGED_LABEL) != "gpustack":
             continue
+        path = f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}"
         call(lambda p=path: cluster.raw("DELETE", p), f"delete DaemonSet {namespace}/{name}")
         removed.append(f"DaemonSet {namespace}/{name}")
     return removed
