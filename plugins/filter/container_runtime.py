@@ -341,22 +341,17 @@ def k3s_read_templates(files, name, want_default=False, config_version=2):
 
 
 def k3s_generated(text, name, binary):
-    """What containerd runs on a k3s/RKE2 host: {wired, default} from the generated config.toml
-    (valid TOML: k3s wrote it, containerd read it)."""
+    """What containerd runs on a k3s/RKE2 host: {wired, default} from the config.toml k3s
+    generated, read as a `containerd config dump` is (_dump_runtimes)."""
     try:
-        data = tomllib.loads(text or "") if tomllib else _plain(tomlkit.parse(text or ""))
-    except Exception:
+        runtimes, default = _dump_runtimes(text or "")
+    except AnsibleFilterError:
         return {"wired": False, "default": False}
-    plugins = data.get("plugins", {})
-    for key in DUMP_RUNTIME_KEYS:
-        cri = plugins.get(key, {}).get("containerd")
-        if cri is not None:
-            entry = cri.get("runtimes", {}).get(name) or {}
-            return {
-                "wired": (entry.get("options") or {}).get("BinaryName") == binary,
-                "default": cri.get("default_runtime_name") == name,
-            }
-    return {"wired": False, "default": False}
+    entry = runtimes.get(name) or {}
+    return {
+        "wired": (entry.get("options") or {}).get("BinaryName") == binary,
+        "default": default == name,
+    }
 
 
 class FilterModule(object):

@@ -325,7 +325,7 @@ def k3s_template_check(config_path, config_version, name):
     """k3s/RKE2: the containerd template k3s reads next to its generated config_path, and what
     gpustack's install would refuse in it (module_utils/gpustack_k3s.py); doctor reports it."""
     directory = os.path.dirname(config_path)
-    files = dict((name, read(os.path.join(directory, name))) for name in TEMPLATES)
+    files = dict((file, read(os.path.join(directory, file))) for file in TEMPLATES)
     check = k3s_templates(files, name, False, config_version or 2)
     return {
         "template": os.path.join(directory, check["active"]) if check["active"] else None,
