@@ -239,8 +239,8 @@ def k3s_generated(inventory, node):
     return cr.k3s_generated(proc.stdout, "nvidia", BIN)
 
 
-def k3s_started(inventory, node):
-    command = "systemctl show -P ActiveEnterTimestampMonotonic k3s"
+def k3s_started(inventory, node, unit="k3s"):
+    command = f"systemctl show -P ActiveEnterTimestampMonotonic {unit}"
     return ssh(inventory, node, command).stdout.strip()
 
 
@@ -399,6 +399,10 @@ def test_rke2_server_wired_with_rke2_paths_and_unit(lab):
             }
             assert ssh(inventory, node, f"test -e {dropin}").returncode == 0
             assert ssh(inventory, node, f"systemctl is-active {unit}").stdout.strip() == "active"
+        started = {node: k3s_started(inventory, node, unit) for node in NODES}
+        rc, again = install(inventory, varsfile, "-e", "container_runtime_nvidia_default=true")
+        assert rc == 0 and changed(again) == dict.fromkeys(NODES, 0)
+        assert {node: k3s_started(inventory, node, unit) for node in NODES} == started
         proc = run_cli("uninstall", str(inventory), "--components", "runtime", "--yes")
         assert proc.returncode == 0, proc.stdout + proc.stderr
         for node in NODES:
