@@ -86,7 +86,13 @@ TOOLS = (
     "timeout",
 )
 MARKER = "gpustack-smoke-ok"
-CONTAINER_SCRIPT = "echo %s; nvidia-smi -L" % MARKER
+# The runtime mounts nvidia-smi at the path it has on the host (CDI keeps host paths below the
+# driver root): /usr/bin for packaged drivers, /usr/local/nvidia/bin where the driver lives there
+# (seen on a real H100 host, tests/fixtures/real-gpu/2026-11-26-*). CUDA images put that directory
+# on PATH; an image without it must still find the tool.
+CONTAINER_SCRIPT = (
+    'echo %s; PATH="$PATH:/usr/local/nvidia/bin:/usr/bin:/bin"; nvidia-smi -L' % MARKER
+)
 FABRIC_MANAGER = "nvidia-fabricmanager"
 
 

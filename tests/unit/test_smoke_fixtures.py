@@ -12,6 +12,7 @@ import re
 from datetime import date
 
 import pytest
+import yaml
 
 from gpustack.smoke import capture, checks, parse
 from tests.conftest import ROOT
@@ -74,3 +75,43 @@ def test_a_capture_written_today_meets_the_rules(tmp_path):
     target = capture.write_capture(tmp_path, "dgx07", facts, report, "0.1.0", date(2026, 6, 1))
     saved = validate_capture(target)
     assert saved["smoke"]["verdict"] == "pass"
+
+
+TOOLKIT_CAPTURES = [p for p in DIRS if (p / "cdi").is_dir()]
+
+
+@pytest.mark.parametrize("path", TOOLKIT_CAPTURES, ids=[p.name for p in TOOLKIT_CAPTURES])
+def test_real_toolkit_outputs_agree_with_nvidia_smi(path):
+    """What the real nvidia-ctk and the container printed, read by the parsers the checks use:
+    the CDI spec and `cdi list` name the same devices, one per GPU UUID plus `all`, and
+    `nvidia-smi -L` inside the container saw the host's GPUs."""
+    uuids = [g.uuid for g in parse.parse_xml((path / "nvidia-smi-q-x.xml").read_text()).gpus]
+    specs = {p.name: p.read_text() for p in (path / "cdi").iterdir()}
+    spec_devices = parse.cdi_spec_devices(specs)
+    assert sorted(spec_devices) == sorted(
+        parse.cdi_list_devices((path / "nvidia-ctk-cdi-list.txt").read_text())
+    )
+    assert {f"nvidia.com/gpu={u}" for u in uuids} | {"nvidia.com/gpu=all"} <= set(spec_devices)
+    assert parse.version_in((path / "nvidia-ctk-version.txt").read_text())
+    run = (path / "container-run.txt").read_text()
+    assert "gpustack-smoke-ok" in run
+    assert re.findall(r"UUID: (GPU-[0-9a-f-]+)", run) == uuids
+    report = json.loads((path / "smoke-report.json").read_text())
+    statuses = {c["name"]: c["status"] for c in report["smoke"]["checks"]}
+    assert statuses["cdi"] == statuses["container"] == "pass"
+
+
+@pytest.mark.parametrize("path", TOOLKIT_CAPTURES, ids=[p.name for p in TOOLKIT_CAPTURES])
+def test_the_container_check_searches_where_the_runtime_mounts_nvidia_smi(path):
+    """The runtime mounts nvidia-smi at its host path (`/usr/local/nvidia/bin` on the lent H100,
+    not on the PATH of an image without CUDA's ENV); the container script must look there. Its
+    first version did not, and the real run printed `nvidia-smi: not found`."""
+    from tests.unit.test_smoke_probe import mod
+
+    spec = yaml.safe_load((path / "cdi/nvidia.yaml").read_text())
+    mounts = [m for edits in [spec.get("containerEdits") or {}] for m in edits.get("mounts", [])]
+    smi = [m["containerPath"] for m in mounts if m["containerPath"].endswith("/nvidia-smi")]
+    assert smi, "the CDI spec mounts no nvidia-smi"
+    searched = re.search(r'PATH="\$PATH:([^"]+)"', mod.CONTAINER_SCRIPT).group(1).split(":")
+    for container_path in smi:
+        assert container_path.rsplit("/", 1)[0] in searched
