@@ -8,6 +8,7 @@ NFD present or absent. Sources are cited in the emulator's modules and in README
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 
 import pytest
 from kubernetes import client, config
@@ -15,7 +16,10 @@ from kubernetes.client.exceptions import ApiException
 
 from gpustack.k8s.manifests import ClusterConfig, render
 from tests.cluster.emulator import NodeHardware, PodFate
+from tests.cluster.emulator.hardware import Gpu
+from tests.cluster.emulator.images import DevicePlugin, gfd_labels
 from tests.cluster.helpers import uuids_for
+from tests.conftest import ROOT
 
 NS = "gpustack-system"
 
@@ -385,3 +389,37 @@ def test_nfd_absent_present_and_worker_files(cluster):
             "nfd.node.kubernetes.io/feature-labels"
         ]
     )
+
+
+REAL_H100 = ROOT / "tests/fixtures/real-gpu/2026-11-26-h100-80gb-hbm3/k8s-device-plugin"
+
+
+@pytest.mark.parametrize("strategy", ["none", "single", "mixed"])
+def test_emulated_gfd_labels_are_what_real_gfd_wrote_on_an_h100(strategy):
+    """GFD v0.20.0 (built from NVIDIA's source) on a real H100 80GB HBM3, MIG disabled, driver
+    580.159.04: every label the emulator's GFD writes exists there with the same value, and the
+    labels that depend on the strategy appear exactly when the real ones do."""
+    text = (REAL_H100 / f"gfd-labels-mig-{strategy}.txt").read_text()
+    real = dict(line.split("=", 1) for line in text.splitlines() if line)
+    gpu = Gpu("GPU-157d6fa2-f775-77a4-5fa5-8133f751d7b8", name="NVIDIA H100 80GB HBM3",
+              memory_mib=81559)  # fmt: skip
+    ctx = SimpleNamespace(hw=NodeHardware(gpus=[gpu], driver="580.159.04"),
+                          env=lambda *names, default=None: default)  # fmt: skip
+    emulated = gfd_labels(ctx, {"flags": {"migStrategy": strategy}})
+    assert {name: real.get(name) for name in emulated} == emulated
+    assert ("nvidia.com/mig.strategy" in emulated) == ("nvidia.com/mig.strategy" in real)
+
+
+def test_the_device_plugin_fails_first_on_the_socket_directory_as_the_real_one_does():
+    """Real v0.20.0 watches the kubelet socket directory before it reads its configuration or
+    NVML (its log on a real H100 shows the order), so a pod without that hostPath and with a
+    broken configuration dies of the missing directory, not of the configuration."""
+    real = (REAL_H100 / "device-plugin-kubelet-absent.log").read_text()
+    assert real.index("Starting FS watcher") < real.index("Loading configuration")
+    assert real.index("Loading configuration") < real.index("Detected platform: nvml")
+    ctx = SimpleNamespace(
+        host_path=lambda path: None, config=lambda: (None, "unable to load config")
+    )
+    outcome = DevicePlugin().start(ctx)
+    assert (outcome.running, outcome.exit_code) == (False, 1)
+    assert "failed to create FS watcher for /var/lib/kubelet/device-plugins/" in outcome.log

@@ -127,6 +127,12 @@ class DevicePlugin(Profile):
         return _command(container) == "nvidia-device-plugin"
 
     def start(self, ctx):
+        # The real plugin's order (cmd/nvidia-device-plugin/main.go@1b826acc, start): the FS
+        # watcher on the kubelet socket directory first, then the configuration, then NVML. Seen
+        # on a real H100 (tests/fixtures/real-gpu/2026-11-26-h100-80gb-hbm3/k8s-device-plugin/).
+        if ctx.host_path(self.SOCKET_DIR) is None:
+            return Outcome.exit(1, "E0101 main.go] failed to create FS watcher for "
+                                "/var/lib/kubelet/device-plugins/: no such file or directory\n")  # fmt: skip
         config, error = ctx.config()
         if error:
             return Outcome.exit(1, f"E0101 main.go] {error}\n")
@@ -140,9 +146,6 @@ class DevicePlugin(Profile):
                 if fail
                 else Outcome.run(text + "No devices found. Waiting indefinitely.\n")
             )
-        if ctx.host_path(self.SOCKET_DIR) is None:
-            return Outcome.exit(1, "E0101 main.go] failed to register with the kubelet: dial unix "
-                                "/var/lib/kubelet/device-plugins/kubelet.sock: no such file or directory\n")  # fmt: skip
         strategy = flags.get("migStrategy", ctx.env("MIG_STRATEGY") or "none")
         problem = _single_strategy_problem(ctx.hw.gpus) if strategy == "single" else ""
         if problem:
@@ -335,9 +338,10 @@ def gfd_labels(ctx: RunContext, config: dict) -> dict[str, str]:
         "nvidia.com/cuda.driver-version.minor": minor,
         "nvidia.com/cuda.driver-version.revision": rest[0] if rest else "0",
         "nvidia.com/mig.capable": "true" if "A100" in gpu.name or "H100" in gpu.name else "false",
-        "nvidia.com/mig.strategy": strategy,
         "nvidia.com/gpu.sharing-strategy": mode,
     }
+    if strategy != "none":  # internal/lm/strategy.go@1b826acc; none: no label (real H100 run)
+        labels["nvidia.com/mig.strategy"] = strategy
     if strategy == "single" and gpu.mig:
         labels["nvidia.com/gpu.product"] += f"-MIG-{gpu.mig[0]}"
     return labels
