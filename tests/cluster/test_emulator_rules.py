@@ -8,9 +8,11 @@ NFD present or absent. Sources are cited in the emulator's modules and in README
 from __future__ import annotations
 
 import copy
+import json
 from types import SimpleNamespace
 
 import pytest
+import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -423,3 +425,38 @@ def test_the_device_plugin_fails_first_on_the_socket_directory_as_the_real_one_d
     outcome = DevicePlugin().start(ctx)
     assert (outcome.running, outcome.exit_code) == (False, 1)
     assert "failed to create FS watcher for /var/lib/kubelet/device-plugins/" in outcome.log
+
+
+ALLOCATE = ["default", "default-pass-device-specs", "ts4", "ts4-rename", "mig-single", "mig-mixed"]
+
+
+@pytest.mark.parametrize("variant", ALLOCATE)
+def test_emulated_device_plugin_registers_and_allocates_as_the_real_one(variant):
+    """The real device plugin v0.20.0 on a real H100 (MIG disabled), fed the config files gpustack
+    renders, answered ListAndWatch and Allocate (no kubelet; k8s-device-plugin/allocate/): the
+    emulator registers the same resources with the same device IDs and health, and the devices
+    allocated expose the same GPUs as the real Allocate's NVIDIA_VISIBLE_DEVICES."""
+    real = json.loads((REAL_H100 / "allocate" / f"{variant}.json").read_text())
+    config_name = "default" if variant.startswith("default") else variant
+    config = yaml.safe_load((REAL_H100 / "configs" / f"{config_name}.yaml").read_text())
+    uuid = real[0]["devices"][0]["ID"].split("::")[0]
+    gpu = Gpu(uuid, name="NVIDIA H100 80GB HBM3", memory_mib=81559)
+    ctx = SimpleNamespace(hw=NodeHardware(gpus=[gpu], driver="580.159.04"),
+                          env=lambda *names, default=None: default,
+                          pod={"metadata": {"uid": "plugin"}})  # fmt: skip
+    replicated = (config.get("sharing") or {}).get("timeSlicing") or {}
+    emulated = {r.resource: r for r in DevicePlugin.registrations(ctx, config, replicated, False)}
+    by_socket = {
+        "nvidia.com/"
+        + s["socket"].rsplit("/", 1)[1].removeprefix("nvidia-").removesuffix(".sock"): s
+        for s in real
+    }  # the plugin serves nvidia.com/X on nvidia-X.sock
+    assert sorted(emulated) == sorted(by_socket)
+    for resource, served in by_socket.items():
+        registration = emulated[resource]
+        assert sorted(registration.devices) == sorted(d["ID"] for d in served["devices"])
+        for device in served["devices"]:
+            assert registration.devices[device["ID"]].healthy == (device["health"] == "Healthy")
+        exposed = {registration.devices[i].gpu for i in served["allocate_ids"]}
+        envs = served["allocate"]["container_responses"][0]["envs"]
+        assert exposed == set(envs["NVIDIA_VISIBLE_DEVICES"].split(","))
