@@ -16,9 +16,20 @@ import os
 import re
 import subprocess
 
-# Directories searched after PATH (a module's PATH on a host can be minimal); a module adds
-# the ones its arguments name (RKE2's binary directory).
-EXTRA_PATH = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+# Directories searched after PATH (a module's PATH on a host can be minimal, an SSH session's
+# always is); a module adds the ones its arguments name (RKE2's binary directory). Last, the
+# driver's own directory where a host keeps the driver there rather than in a package: the lent
+# H100 hosts have nvidia-smi only in /usr/local/nvidia/bin (tests/fixtures/real-gpu/2026-11-26-*),
+# which an SSH session's PATH does not hold.
+EXTRA_PATH = [
+    "/usr/local/sbin",
+    "/usr/local/bin",
+    "/usr/sbin",
+    "/usr/bin",
+    "/sbin",
+    "/bin",
+    "/usr/local/nvidia/bin",
+]
 
 
 def read(path, default=None):
@@ -43,6 +54,8 @@ def run(args, data=None, env=None):
     """(rc, stdout, stderr) of a command, fed `data` (str) when given; a missing binary is rc
     127. A command that exits before reading its input (dpkg on a held lock) still gives its own
     rc and stderr: communicate() ignores the broken pipe (run_command fails on it instead)."""
+    if args and os.sep not in args[0]:  # a bare name: PATH, then EXTRA_PATH
+        args = [which(args[0]) or args[0]] + list(args[1:])
     try:
         stdin = subprocess.PIPE if data is not None else None
         proc = subprocess.Popen(args, stdin=stdin, stdout=subprocess.PIPE,
