@@ -18,9 +18,8 @@ import subprocess
 
 # Directories searched after PATH (a module's PATH on a host can be minimal, an SSH session's
 # always is); a module adds the ones its arguments name (RKE2's binary directory). Last, the
-# driver's own directory where a host keeps the driver there rather than in a package: the lent
-# H100 hosts have nvidia-smi only in /usr/local/nvidia/bin (tests/fixtures/real-gpu/2026-11-26-*),
-# which an SSH session's PATH does not hold.
+# driver tree of hosts whose driver is not a package (the lent H100 hosts have one there, with
+# /usr/local/nvidia/bin first on their login PATH; they also have /usr/bin/nvidia-smi).
 EXTRA_PATH = [
     "/usr/local/sbin",
     "/usr/local/bin",
