@@ -133,7 +133,10 @@ def holds(versionlock="/etc/dnf/plugins/versionlock.list"):
 
 
 def service_active(name):
-    if not which("systemctl"):
+    """True/False from systemd; None (unknown) where systemd is not the init system: a systemctl
+    binary there answers "inactive" for a daemon started by other means (sd_booted(3): the
+    directory /run/systemd/system exists only when systemd booted the host)."""
+    if not which("systemctl") or not os.path.isdir("/run/systemd/system"):
         return None
     rc, _, _ = run(["systemctl", "is-active", "--quiet", name])
     return rc == 0
