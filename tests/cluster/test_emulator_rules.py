@@ -396,6 +396,14 @@ def test_nfd_absent_present_and_worker_files(cluster):
 REAL_H100 = ROOT / "tests/fixtures/real-gpu/2026-11-26-h100-80gb-hbm3/k8s-device-plugin"
 
 
+def h100_context(uuid: str) -> SimpleNamespace:
+    """What gfd_labels and DevicePlugin.registrations read: the lent H100 (MIG off, driver 580)."""
+    gpu = Gpu(uuid, name="NVIDIA H100 80GB HBM3", memory_mib=81559)
+    return SimpleNamespace(hw=NodeHardware(gpus=[gpu], driver="580.159.04"),
+                           env=lambda *names, default=None: default,
+                           pod={"metadata": {"uid": "plugin"}})  # fmt: skip
+
+
 @pytest.mark.parametrize("strategy", ["none", "single", "mixed"])
 def test_emulated_gfd_labels_are_what_real_gfd_wrote_on_an_h100(strategy):
     """GFD v0.20.0 (built from NVIDIA's source) on a real H100 80GB HBM3, MIG disabled, driver
@@ -403,10 +411,7 @@ def test_emulated_gfd_labels_are_what_real_gfd_wrote_on_an_h100(strategy):
     labels that depend on the strategy appear exactly when the real ones do."""
     text = (REAL_H100 / f"gfd-labels-mig-{strategy}.txt").read_text()
     real = dict(line.split("=", 1) for line in text.splitlines() if line)
-    gpu = Gpu("GPU-157d6fa2-f775-77a4-5fa5-8133f751d7b8", name="NVIDIA H100 80GB HBM3",
-              memory_mib=81559)  # fmt: skip
-    ctx = SimpleNamespace(hw=NodeHardware(gpus=[gpu], driver="580.159.04"),
-                          env=lambda *names, default=None: default)  # fmt: skip
+    ctx = h100_context("GPU-157d6fa2-f775-77a4-5fa5-8133f751d7b8")
     emulated = gfd_labels(ctx, {"flags": {"migStrategy": strategy}})
     assert {name: real.get(name) for name in emulated} == emulated
     assert ("nvidia.com/mig.strategy" in emulated) == ("nvidia.com/mig.strategy" in real)
@@ -439,11 +444,7 @@ def test_emulated_device_plugin_registers_and_allocates_as_the_real_one(variant)
     real = json.loads((REAL_H100 / "allocate" / f"{variant}.json").read_text())
     config_name = "default" if variant.startswith("default") else variant
     config = yaml.safe_load((REAL_H100 / "configs" / f"{config_name}.yaml").read_text())
-    uuid = real[0]["devices"][0]["ID"].split("::")[0]
-    gpu = Gpu(uuid, name="NVIDIA H100 80GB HBM3", memory_mib=81559)
-    ctx = SimpleNamespace(hw=NodeHardware(gpus=[gpu], driver="580.159.04"),
-                          env=lambda *names, default=None: default,
-                          pod={"metadata": {"uid": "plugin"}})  # fmt: skip
+    ctx = h100_context(real[0]["devices"][0]["ID"].split("::")[0])
     replicated = (config.get("sharing") or {}).get("timeSlicing") or {}
     emulated = {r.resource: r for r in DevicePlugin.registrations(ctx, config, replicated, False)}
     by_socket = {

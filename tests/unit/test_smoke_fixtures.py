@@ -109,7 +109,7 @@ def test_the_container_check_searches_where_the_runtime_mounts_nvidia_smi(path):
     from tests.unit.test_smoke_probe import mod
 
     spec = yaml.safe_load((path / "cdi/nvidia.yaml").read_text())
-    mounts = [m for edits in [spec.get("containerEdits") or {}] for m in edits.get("mounts", [])]
+    mounts = (spec.get("containerEdits") or {}).get("mounts") or []
     smi = [m["containerPath"] for m in mounts if m["containerPath"].endswith("/nvidia-smi")]
     assert smi, "the CDI spec mounts no nvidia-smi"
     searched = re.search(r'PATH="\$PATH:([^"]+)"', mod.CONTAINER_SCRIPT).group(1).split(":")
