@@ -50,6 +50,7 @@ class TaskTime:
     hosts: set[str] = field(default_factory=set)
     skipped: int = 0
     remote_calls: int = 0  # runs on hosts that were not skipped and needed a round trip
+    spans: dict[str, tuple[float, float]] = field(default_factory=dict)  # per host
 
     @property
     def wall(self) -> float:
@@ -95,6 +96,8 @@ def load(path: Path) -> tuple[list[TaskTime], float, float]:
         task.last_end = max(task.last_end, end)
         task.host_seconds += end - start
         task.hosts.add(data.get("host", "?"))
+        if event["event"] != "runner_on_skipped":
+            task.spans[data.get("host", "?")] = (start, end)
         task.skipped += event["event"] == "runner_on_skipped"
         if (
             event["event"] != "runner_on_skipped"
@@ -121,6 +124,11 @@ def report(path: Path, top: int) -> float:
     )
     apt_wall = _union([(t.first_start, t.last_end) for t in tasks if t.action == APT])
     print(f"  wall time in {APT} tasks {apt_wall:.1f} s, outside them {total - apt_wall:.1f} s")
+    for host, (before, inside, after) in sorted(package_path(tasks, first, last).items()):
+        amid = total - before - inside - after
+        print(f"  {host}: {before:.1f} s before its first apt task, {inside:.1f} s in apt tasks "
+              f"(lock waits included), {amid:.1f} s in other tasks between them, {after:.1f} s "
+              "after its last")  # fmt: skip
     print(f"  {'wall s':>7} {'host s':>7} {'hosts':>5}  task")
     for task in sorted(tasks, key=lambda t: t.wall, reverse=True)[:top]:
         role = f"{task.role} : " if task.role else ""
@@ -128,6 +136,29 @@ def report(path: Path, top: int) -> float:
         print(f"  {task.wall:7.2f} {task.host_seconds:7.2f} {len(task.hosts):5d}  "
               f"{role}{task.name}{skipped}")  # fmt: skip
     return apt_wall
+
+
+def package_path(
+    tasks: list[TaskTime], first: float, last: float
+) -> dict[str, tuple[float, float, float]]:
+    """Per host: seconds from the run's first event to its first apt task, inside its apt tasks
+    (their union: waits for the package locks included), and from its last apt task to the run's
+    last event. The host whose apt tasks end last carries the run's critical path: what it does
+    before, between and after them adds to the package manager's own time. (Under the linear
+    strategy a host's time between them includes waiting at each task for the other hosts.)"""
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for task in tasks:
+        if task.action == APT:
+            for host, span in task.spans.items():
+                spans.setdefault(host, []).append(span)
+    return {
+        host: (
+            min(s for s, _ in own) - first,
+            _union(own),
+            last - max(e for _, e in own),
+        )
+        for host, own in spans.items()
+    }
 
 
 def _union(spans: list[tuple[float, float]]) -> float:
