@@ -92,6 +92,28 @@ def skipped_tasks(doc) -> set[tuple[str, str, str]]:
     return found
 
 
+PACKAGES_AND_SOURCES = (
+    "dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n'; "
+    "find /etc/apt /etc/modprobe.d -type f | sort | xargs md5sum"
+)
+
+
+def test_an_unknown_toolkit_version_fails_before_any_package_changes(lab):
+    # Fresh nodes: site.yml resolves the toolkit's version before the driver role. Until
+    # 2026-11-26 this failed after the driver's transaction (17 NVIDIA packages installed, held).
+    inventory, varsfile = lab
+    before = {h: sh(lab, h, PACKAGES_AND_SOURCES) for h in (N1, N2)}
+    proc = run_cli("install", str(inventory), "-e", f"@{varsfile}",
+                   "-e", "nvidia_container_toolkit_version=9.9.9-1", "--output", "json")  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-2000:]
+    doc = json.loads(proc.stdout)
+    for host in (N1, N2):
+        message = doc["hosts"][host]["failures"][-1]["message"]
+        assert "nvidia-container-toolkit 9.9.9-1 is not available" in message, message
+        assert TK_NEW in message and "(package sources were rolled back)" in message, message
+        assert sh(lab, host, PACKAGES_AND_SOURCES) == before[host]  # no package, source or pin
+
+
 def test_first_install_then_a_no_op_rerun_skips_every_host(lab):
     doc = install(lab)
     assert doc["summary"]["failed"] == 0

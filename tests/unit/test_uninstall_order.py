@@ -25,8 +25,17 @@ def test_uninstall_runs_in_reverse_lifecycle_order():
     (site,) = yaml.safe_load((ROOT / "playbooks/site.yml").read_text())
     # nvidia_mig (last in site.yml) has no uninstall yet: it leaves the MIG mode as it is and
     # its unit, settings and state file stay (docs/mig.md "Not done yet").
-    install_order = [r["role"] for r in site["roles"]][1:]
-    mig, stamps = site["tasks"]  # MIG included last, only where a layout is set; then stamps
+    assert [r["role"] for r in site["roles"]] == ["gpu_preflight"]
+    imports = [
+        t["ansible.builtin.import_role"]
+        for t in site["tasks"]
+        if "ansible.builtin.import_role" in t
+    ]
+    # The toolkit's source and version first (no package changed yet), then the roles in order.
+    assert imports[0] == {"name": "nvidia_container_toolkit", "tasks_from": "resolve"}
+    install_order = [i["name"] for i in imports[1:]]
+    assert all("tasks_from" not in i for i in imports[1:])
+    mig, stamps = site["tasks"][-2:]  # MIG included last, only where a layout is set; then stamps
     assert "gpustack.gpustack.gpustack_converged" in stamps
     assert mig["ansible.builtin.include_role"]["name"] == "nvidia_mig"
     assert "nvidia_mig_config" in mig["when"]
