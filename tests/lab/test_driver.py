@@ -13,6 +13,7 @@ import os
 import pytest
 
 from tests.conftest import ROOT, run_cli
+from tests.lab.test_lab import PACKAGES_AND_SOURCES as SNAPSHOT
 from tests.lab.test_lab import ssh
 
 pytestmark = pytest.mark.lab
@@ -22,10 +23,6 @@ OLD, NEW = "535.261.03-1", "535.309.01-0+deb12u1"
 # Only the driver role (preflight always runs): the toolkit and runtime have their own suite.
 DISTRO = ("-e", "nvidia_driver_source=distro", "--tags", "nvidia_driver")
 RECORDED: dict[str, str] = {}  # state handed from the install test to the uninstall test
-SNAPSHOT = (
-    "dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n'; "
-    "find /etc/apt /etc/modprobe.d -type f | sort | xargs md5sum"
-)
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.fixtures import lab_fixtures
-from tests.lab.test_lab import ssh
+from tests.lab.test_lab import PACKAGES_AND_SOURCES, ssh
 
 pytestmark = pytest.mark.lab
 
@@ -90,12 +90,6 @@ def skipped_tasks(doc) -> set[tuple[str, str, str]]:
             data = event["event_data"]
             found.add((data.get("role", ""), data.get("task", ""), data.get("host", "")))
     return found
-
-
-PACKAGES_AND_SOURCES = (
-    "dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n'; "
-    "find /etc/apt /etc/modprobe.d -type f | sort | xargs md5sum"
-)
 
 
 def test_an_unknown_toolkit_version_fails_before_any_package_changes(lab):

@@ -20,6 +20,12 @@ pytestmark = pytest.mark.lab
 
 LAB = f"ci{os.getpid()}"
 VARS = Path(f"/tmp/gpustack-{LAB}-vars.json")
+# A node's packages (held or not, versions) and the bytes of its apt and modprobe files: what a
+# refused install must leave exactly as it was.
+PACKAGES_AND_SOURCES = (
+    "dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n'; "
+    "find /etc/apt /etc/modprobe.d -type f | sort | xargs md5sum"
+)
 
 
 def ssh(inventory: Path, host: str, command: str) -> subprocess.CompletedProcess:
