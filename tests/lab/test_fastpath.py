@@ -105,6 +105,7 @@ def test_an_unknown_toolkit_version_fails_before_any_package_changes(lab):
         message = doc["hosts"][host]["failures"][-1]["message"]
         assert "nvidia-container-toolkit 9.9.9-1 is not available" in message, message
         assert TK_NEW in message and "(package sources were rolled back)" in message, message
+        assert "Hint: set nvidia_container_toolkit_version to one of these" in message, message
         assert sh(lab, host, PACKAGES_AND_SOURCES) == before[host]  # no package, source or pin
 
 
