@@ -40,6 +40,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+DRIVER_TRANSACTION = (
+    "Install the driver packages at exactly that version"
+    " (with nvidia-persistenced and the toolkit's)"
+)
 HOLD_DRIVER = (
     "Hold the driver packages so unattended upgrades cannot move them"
     " (one call, after the dpkg lock)"
@@ -50,10 +54,11 @@ KILL_POINTS = [
     ("Refresh the package lists (at most hourly; at once when sources changed)", "driver"),
     ("Pin the driver version", "driver"),
     ("Keep the package scripts from starting nvidia-persistenced during the transaction", "driver"),
-    ("Install the driver packages at exactly that version (and nvidia-persistenced)", "driver"),
+    (DRIVER_TRANSACTION, "driver"),
     (HOLD_DRIVER, "driver"),
     ("Write the repository source", "toolkit"),
-    ("Install the toolkit packages at exactly that version", "toolkit"),
+    (DRIVER_TRANSACTION, "toolkit"),  # site.yml: the toolkit's packages go in with the driver's
+    ("Install the toolkit packages at exactly that version", "toolkit"),  # driver skipped by tags
     ("Hold the toolkit packages (one call, after the dpkg lock)", "toolkit"),
     (
         "Keep what existed before gpustack's first change, mark a containerd restart pending",
@@ -81,7 +86,7 @@ UNINSTALL_POINTS = [
 ]  # fmt: skip
 UPGRADE_POINTS = [
     ("Pin the driver version", "old"),
-    ("Install the driver packages at exactly that version (and nvidia-persistenced)", "old"),
+    (DRIVER_TRANSACTION, "old"),
     (HOLD_DRIVER, "old"),
 ]
 LAYERS = {"driver": "driver,toolkit,runtime", "toolkit": "toolkit,runtime", "runtime": "runtime"}

@@ -28,6 +28,11 @@ TK_OLD, TK_NEW = lab_fixtures.VERSIONS
 BLACKLIST = "/etc/modprobe.d/gpustack-blacklist-nouveau.conf"
 DROPIN = "/etc/containerd/conf.d/99-nvidia.toml"
 DUMP = "containerd --config /etc/containerd/config.toml config dump"
+TRANSACTION = (
+    "Install the driver packages at exactly that version"
+    " (with nvidia-persistenced and the toolkit's)"
+)
+HOLD_TOOLKIT = "Hold the toolkit packages (one call, after the dpkg lock)"
 TIMINGS: dict[str, list[float]] = {}
 
 
@@ -113,14 +118,22 @@ def test_first_install_then_a_no_op_rerun_skips_every_host(lab):
     doc = install(lab)
     assert doc["summary"]["failed"] == 0
     # No apt call that cannot change anything: the driver role refreshed the lists a moment ago,
-    # and its transaction installed the companions at the driver's release.
+    # and its transaction installed the companions at the driver's release and the toolkit's
+    # packages at the version resolved before it (one transaction, one hold call).
     skipped = skipped_tasks(doc)
     for host in (N1, N2):
         for role, task in (
             ("nvidia_container_toolkit", "Refresh the package lists (at most hourly)"),
             ("nvidia_driver", "Put the installed companions at the driver's release"),
+            ("nvidia_container_toolkit", "Install the toolkit packages at exactly that version"),
+            ("nvidia_container_toolkit", HOLD_TOOLKIT),
         ):
             assert (role, task, host) in skipped, (role, task, host)
+        changes = [c.get("task") for c in doc["hosts"][host]["changes"]]
+        assert TRANSACTION in changes, changes
+        held = sh(lab, host, "apt-mark showhold").split()
+        assert {"nvidia-container-toolkit", "libnvidia-container1", "nvidia-smi"} <= set(held)
+        assert sh(lab, host, "dpkg-query -W -f='${Version}' nvidia-container-toolkit") == TK_NEW
     for host in (N1, N2):
         assert "no stamp" in reasons(doc, host)
         stamps = sh(lab, host, "ls /var/lib/gpustack/converged").split()
