@@ -44,6 +44,7 @@ DRIVER_TRANSACTION = (
     "Install the driver packages at exactly that version"
     " (with nvidia-persistenced and the toolkit's)"
 )
+HOLD_TOOLKIT = "Hold the toolkit packages (one call, after the dpkg lock)"
 HOLD_DRIVER = (
     "Hold the driver packages so unattended upgrades cannot move them"
     " (one call, after the dpkg lock)"
@@ -59,7 +60,7 @@ KILL_POINTS = [
     ("Write the repository source", "toolkit"),
     (DRIVER_TRANSACTION, "toolkit"),  # site.yml: the toolkit's packages go in with the driver's
     ("Install the toolkit packages at exactly that version", "toolkit"),  # driver skipped by tags
-    ("Hold the toolkit packages (one call, after the dpkg lock)", "toolkit"),
+    (HOLD_TOOLKIT, "toolkit"),
     (
         "Keep what existed before gpustack's first change, mark a containerd restart pending",
         "runtime",

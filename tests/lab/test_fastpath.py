@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.kill_rerun import DRIVER_TRANSACTION, HOLD_TOOLKIT
 from tests.conftest import run_cli
 from tests.fixtures import lab_fixtures
 from tests.lab.test_lab import PACKAGES_AND_SOURCES, ssh
@@ -28,11 +29,6 @@ TK_OLD, TK_NEW = lab_fixtures.VERSIONS
 BLACKLIST = "/etc/modprobe.d/gpustack-blacklist-nouveau.conf"
 DROPIN = "/etc/containerd/conf.d/99-nvidia.toml"
 DUMP = "containerd --config /etc/containerd/config.toml config dump"
-TRANSACTION = (
-    "Install the driver packages at exactly that version"
-    " (with nvidia-persistenced and the toolkit's)"
-)
-HOLD_TOOLKIT = "Hold the toolkit packages (one call, after the dpkg lock)"
 TIMINGS: dict[str, list[float]] = {}
 
 
@@ -130,7 +126,7 @@ def test_first_install_then_a_no_op_rerun_skips_every_host(lab):
         ):
             assert (role, task, host) in skipped, (role, task, host)
         changes = [c.get("task") for c in doc["hosts"][host]["changes"]]
-        assert TRANSACTION in changes, changes
+        assert DRIVER_TRANSACTION in changes, changes
         held = sh(lab, host, "apt-mark showhold").split()
         assert {"nvidia-container-toolkit", "libnvidia-container1", "nvidia-smi"} <= set(held)
         assert sh(lab, host, "dpkg-query -W -f='${Version}' nvidia-container-toolkit") == TK_NEW
