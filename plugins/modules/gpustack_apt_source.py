@@ -266,8 +266,42 @@ def classify(reasons):
     return "other"
 
 
-def refresh(source_text, name, apt_options):
-    """apt-get update for this one source; returns (ok, errors, warnings, output)."""
+def freshness_marks(root, apt_options):
+    """The paths whose mtime tells apt users when the package lists were last refreshed: the lists
+    directory (ansible.builtin.apt's cache_valid_time reads it) and the success stamp some systems'
+    apt hooks touch (Ubuntu's update-notifier; the apt module reads it first where it exists)."""
+    lists = os.path.join(root, "var/lib/apt/lists")
+    for option in apt_options:
+        if option.startswith("Dir::State::Lists="):
+            lists = option.split("=", 1)[1]
+    return [lists, os.path.join(root, "var/lib/apt/periodic/update-success-stamp")]
+
+
+def refresh(source_text, name, apt_options, marks=()):
+    """apt-get update for this one source; returns (ok, errors, warnings, output).
+
+    It refreshes this source's lists only, so it must not look like a refresh of every source:
+    the mtimes of `marks` are put back afterwards, and an hourly refresh (cache_valid_time) that
+    follows still runs where the other sources' lists are old.
+    """
+    times = {}
+    for path in marks:
+        try:
+            stat = os.stat(path)
+        except OSError:
+            continue
+        times[path] = (stat.st_atime_ns, stat.st_mtime_ns)
+    try:
+        return _refresh(source_text, name, apt_options)
+    finally:
+        for path, (atime, mtime) in times.items():
+            try:
+                os.utime(path, ns=(atime, mtime))
+            except OSError:
+                pass
+
+
+def _refresh(source_text, name, apt_options):
     tmp = tempfile.mkdtemp(prefix="gpustack-apt-source-")
     try:
         with open(os.path.join(tmp, "gpustack-%s.sources" % name), "wb") as fh:
@@ -471,7 +505,10 @@ def present(module, files):
             put(path, None if want is None else want[0], 0o644 if want is None else want[1])
     if (changed or pending) and params["refresh"]:
         ok, errors, warnings, _ = refresh(
-            params["content"].encode("utf-8"), params["name"], params["apt_options"]
+            params["content"].encode("utf-8"),
+            params["name"],
+            params["apt_options"],
+            freshness_marks(params["root"], params["apt_options"]),
         )
         result["refreshed"] = True
         for warning in warnings:

@@ -221,6 +221,30 @@ def test_toolkit_pinned_held_upgraded_and_unknown_version_refused(lab):
     assert "9.9.9-1 is not available" in message and old in message
 
 
+def test_toolkit_without_the_driver_refreshes_old_lists_before_its_transaction(lab):
+    """The driver skipped by tags and a new toolkit source: site.yml's resolve step refreshes that
+    source's lists alone (which leaves the lists' age as it was), and the driver role refreshes
+    nothing, so the toolkit role refreshes lists older than an hour before its own transaction."""
+    inventory, varsfile = lab
+    node = f"{LAB}-node1"
+    proc = run_cli("uninstall", str(inventory), "--limit", node, "--components", "toolkit", "--yes")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # Lists older than an hour, one of them gone: only a refresh of every source brings it back
+    # (apt-get update with nothing new to fetch would leave the directory's mtime as it was).
+    updates = "/var/lib/apt/lists/*-updates_main_binary-*_Packages*"
+    aged = ssh(inventory, node, f"rm -f {updates} && touch -d '3 hours ago' /var/lib/apt/lists")
+    assert aged.returncode == 0, aged.stderr
+    rc, doc = install(inventory, varsfile, "--limit", node)
+    assert rc == 0, json.dumps(doc["hosts"][node]["failures"])
+    tasks = [change["task"] for change in doc["hosts"][node]["changes"]]
+    assert "Write the repository source" in tasks  # the source was new: proved on its own
+    assert (
+        "Refresh the package lists before the toolkit's own transaction (at most hourly)" in tasks
+    )
+    assert ssh(inventory, node, f"ls {updates}").returncode == 0, "every source was refreshed"
+    assert doc["hosts"][node]["facts"]["gpustack_toolkit"]["held"] is True
+
+
 # k3s and RKE2 (roles/container_runtime/tasks/k3s.yml) against the k3s stand-in of
 # tests/fixtures/k3s (TEST FIXTURE): k3s's template rendering and runtime detection, with the
 # node's real containerd (1.6, 1.7, 2.1) parsing what it renders. Not k3s: no kubelet or server.

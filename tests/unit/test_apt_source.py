@@ -12,6 +12,7 @@ import functools
 import hashlib
 import http.server
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -133,6 +134,23 @@ def test_credentialed_http_mirror_goes_to_auth_conf_d_0600(env, tmp_path, server
     rc, res, _ = run(env, tmp_path, content=source(env, server), keyring_src=str(env["key"]),
                      auth_machine=f"{server}/stable/deb", username=USER, password=PASSWORD)  # fmt: skip
     assert rc == 0 and res["changed"] is False and res["refreshed"] is False
+
+
+def test_proving_one_source_does_not_make_every_list_look_fresh(env, tmp_path, repo):
+    """apt-get update for the new source alone keeps the lists directory's and the success stamp's
+    mtimes (what cache_valid_time reads), so an hourly refresh afterwards still sees old lists."""
+    stamp = env["root"] / "var/lib/apt/periodic/update-success-stamp"
+    stamp.parent.mkdir(parents=True)
+    stamp.touch()
+    old = 1_700_000_000  # 2023: lists far older than an hour
+    for path in (env["lists"], stamp):
+        os.utime(path, (old, old))
+    rc, res, raw = run(env, tmp_path, content=source(env, f"file://{repo}"),
+                       keyring_src=str(env["key"]))  # fmt: skip
+    assert rc == 0, raw
+    assert res["refreshed"] and lists_know(env, "stable"), "the source's own lists were fetched"
+    assert env["lists"].stat().st_mtime == old
+    assert stamp.stat().st_mtime == old
 
 
 def test_wrong_password_fails_with_401_and_leaves_every_file_as_before(env, tmp_path, server):
