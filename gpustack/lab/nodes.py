@@ -122,7 +122,11 @@ def _reuse_node(node: Node, image: str) -> bool:
     if not info or image not in (info.get("ImageName"), (info.get("Config") or {}).get("Image")):
         return False
     if (info.get("State") or {}).get("Status") == "running":
-        return True
+        # podman still says "running" where the container's processes were killed with its conmon
+        # (nothing was left to record the exit; seen on this build machine after its processes
+        # were cleared between sessions): `podman exec` then fails with "cannot exec in a stopped
+        # container", and such a node is started afresh.
+        return run(["podman", "exec", node.container, "true"], check=False).returncode == 0
     # Nodes of an earlier run may be exited or in an unknown state: try a restart first.
     return run(["podman", "start", node.container], check=False).returncode == 0
 
