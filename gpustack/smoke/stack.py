@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from gpustack.smoke import parse
@@ -11,6 +12,7 @@ from gpustack.smoke.model import (
     NO_DEVICE,
     PASS,
     SKIPPED,
+    WARN,
     Check,
     HostFacts,
     first_line,
@@ -47,7 +49,31 @@ def toolkit(h: HostFacts) -> Check:
         summary += f" (package {detail['package']})"
     if broken:
         return Check("toolkit", FAIL, f"{summary}; {', '.join(broken)} --version failed", detail)
+    mismatch = _cli_mismatch(versions)
+    if mismatch:
+        return Check("toolkit", WARN, f"{summary}; {mismatch}", detail)
     return Check("toolkit", PASS, summary, detail)
+
+
+def _release(version: str | None) -> str | None:
+    match = re.match(r"\d+\.\d+\.\d+", version or "")
+    return match.group(0) if match else None
+
+
+def _cli_mismatch(versions: dict[str, str]) -> str | None:
+    """NVIDIA ships libnvidia-container at the toolkit's version (its package requires
+    `libnvidia-container-tools (= VERSION)`), and the toolkit's hook passes the CLI options of
+    that version: a 1.20 hook gives `--cuda-compat-mode`, which a 1.15 CLI refuses, so legacy mode
+    and Docker's `--gpus` fail while CDI mode works (seen on a real H100, 2026-11-27)."""
+    cli = _release(versions.get("nvidia-container-cli"))
+    toolkit = _release(versions.get("nvidia-container-runtime") or versions.get("nvidia-ctk"))
+    if not cli or not toolkit or cli == toolkit:
+        return None
+    return (
+        f"nvidia-container-cli {cli} is not at the toolkit's {toolkit} (NVIDIA ships them at one "
+        "version; the toolkit's hook passes options an older CLI refuses: legacy mode and "
+        "Docker's --gpus fail)"
+    )
 
 
 def container_cli(h: HostFacts) -> Check:

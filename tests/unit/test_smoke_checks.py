@@ -387,6 +387,23 @@ def test_fabric_manager_is_skipped_without_nvswitch():
     assert checks.host_smoke("gpu1", gpu_host()).check("fabric_manager").status == "skipped"
 
 
+@pytest.mark.parametrize(
+    ("cli", "status"),
+    [("1.15.0~rc.2+g6c8f1df", "warn"), ("1.18.0", "warn"), ("1.17.8-1", "pass")],
+)
+def test_a_container_cli_not_at_the_toolkits_version_warns(cli, status):
+    """The pair NVIDIA ships at one version; apart, the hook's options break legacy mode."""
+    facts = gpu_host()
+    facts["gpustack_smoke"]["toolkit"]["nvidia-container-cli"]["stdout"] = f"cli-version: {cli}\n"
+    report = checks.host_smoke("gpu1", facts)
+    check = report.check("toolkit")
+    assert check.status == status, check.summary
+    assert report.verdict == "pass"
+    if status == "warn":
+        assert f"nvidia-container-cli {cli[:6]} is not at the toolkit's 1.17.8" in check.summary
+        assert "toolkit" in report.summary.split("warnings: ")[1]
+
+
 def test_pending_mig_and_ecc_changes_warn_but_do_not_fail():
     facts = gpu_host()
     uuids = ["GPU-00000000-0000-0000-0000-000000000002", "GPU-00000000-0000-0000-0000-000000000003"]

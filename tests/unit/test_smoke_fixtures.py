@@ -115,3 +115,33 @@ def test_the_container_check_searches_where_the_runtime_mounts_nvidia_smi(path):
     searched = re.search(r'PATH="\$PATH:([^"]+)"', mod.CONTAINER_SCRIPT).group(1).split(":")
     for container_path in smi:
         assert container_path.rsplit("/", 1)[0] in searched
+
+
+def test_a_real_cli_older_than_the_toolkit_broke_legacy_mode_and_now_warns():
+    """2026-11-27, one H100: libnvidia-container 1.15 (built from source) under toolkit 1.20. The
+    real hook passed `--cuda-compat-mode`, the real CLI refused it, and the container did not
+    start; the toolkit check had passed. It warns now, on the versions those tools printed."""
+    path = FIXTURES / "2026-11-27-h100-80gb-hbm3"
+    failed = (path / "libnvidia-container/container-run-legacy-direct.txt").read_text()
+    assert "unrecognized option '--cuda-compat-mode=ldconfig'" in failed
+    facts = gpu_host()
+    tools = facts["gpustack_smoke"]["toolkit"]
+    for name, file in [
+        ("nvidia-ctk", "nvidia-ctk-version.txt"),
+        ("nvidia-container-runtime", "nvidia-container-runtime-version.txt"),
+        ("nvidia-container-cli", "nvidia-container-cli-version.txt"),
+    ]:
+        tools[name]["stdout"] = (path / file).read_text()
+    check = checks.host_smoke("gpu1", facts).check("toolkit")
+    assert check.status == "warn"
+    assert "nvidia-container-cli 1.15.0 is not at the toolkit's 1.20.0" in check.summary
+
+
+def test_real_container_cli_info_names_the_gpu_nvidia_smi_names():
+    path = FIXTURES / "2026-11-27-h100-80gb-hbm3"
+    uuids = [g.uuid for g in parse.parse_xml((path / "nvidia-smi-q-x.xml").read_text()).gpus]
+    assert parse.cli_info_uuids((path / "nvidia-container-cli-info.txt").read_text()) == uuids
+    assert parse.cli_info_uuids((path / "libnvidia-container/info.txt").read_text()) == uuids
+    assert parse.version_in((path / "nvidia-container-cli-version.txt").read_text()).startswith(
+        "1.15.0~rc.2"
+    )
