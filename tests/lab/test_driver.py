@@ -70,19 +70,52 @@ FAKE_LOADED = (
 )
 
 
+STATE_DIR = "; test -d /var/lib/gpustack && echo state-dir || echo no-state-dir"
+
+
+def full_install(inventory, host, *args) -> dict:
+    """The whole play, as `gpustack install` runs it without --tags."""
+    proc = run_cli("install", str(inventory), "--limit", host, "-e", "nvidia_driver_source=distro",
+                   *args, "--output", "json")  # fmt: skip
+    doc = json.loads(proc.stdout)
+    doc["rc"] = proc.returncode
+    return doc
+
+
 def test_a_preinstalled_driver_stops_install_or_is_kept(lab):
     host = nodes()[0]
     text = REAL_NVRM.read_text()
     assert "'" not in text
     assert ssh(lab, host, f"{FAKE_LOADED} <<'EOF'\n{text}EOF").returncode == 0
     try:
-        before = ssh(lab, host, SNAPSHOT).stdout
+        before = ssh(lab, host, SNAPSHOT + STATE_DIR).stdout
+        assert before.endswith("no-state-dir\n")  # fresh node: the removal below is exercised
         doc = install(lab, "--limit", host)
         assert doc["rc"] != 0
         message = doc["hosts"][host]["failures"][-1]["message"]
         assert "580.159.04 is loaded" in message and "no driver package provides it" in message
         assert "Hint: set nvidia_driver_preinstalled=keep" in message
-        assert ssh(lab, host, SNAPSHOT).stdout == before  # nothing changed
+        assert ssh(lab, host, SNAPSHOT + STATE_DIR).stdout == before  # nothing changed
+
+        # Without --tags the refusal still comes first. On a real H100 with an unpackaged driver
+        # (2026-11-27) the toolkit's resolve ran before it and created gpustack's state directory
+        # (with network it would have written the toolkit's repository source too).
+        doc = full_install(lab, host)
+        assert doc["rc"] != 0
+        failures = doc["hosts"][host]["failures"]
+        assert "no driver package provides it" in failures[-1]["message"], failures
+        assert doc["hosts"][host]["changed"] == 0
+        assert ssh(lab, host, SNAPSHOT + STATE_DIR).stdout == before
+
+        # Driver kept, the toolkit's key out of reach: the state directory that the fetch
+        # needed is removed again, so "Nothing was changed" holds (it stayed behind before).
+        doc = full_install(lab, host, "-e", "nvidia_driver_preinstalled=keep",
+                           "-e", "nvidia_container_toolkit_key_url=http://127.0.0.1:9/gpgkey")  # fmt: skip
+        assert doc["rc"] == 1
+        message = doc["hosts"][host]["failures"][-1]["message"]
+        assert "cannot fetch the signing key from http://127.0.0.1:9/gpgkey" in message, message
+        assert "Nothing was changed" in message
+        assert ssh(lab, host, SNAPSHOT + STATE_DIR).stdout == before
         status = json.loads(run_cli("status", str(lab), "--limit", host, "-o", "json").stdout)
         assert any("loaded without a driver package" in d for d in status["drift"][host])
 
@@ -90,7 +123,7 @@ def test_a_preinstalled_driver_stops_install_or_is_kept(lab):
         assert kept["rc"] == 0, kept["hosts"][host].get("failures")
         state = driver(kept, host)["state"]
         assert state == "loaded 580.159.04 (preinstalled: no driver package, left alone)", state
-        assert ssh(lab, host, SNAPSHOT).stdout == before  # left alone: no source, package, pin
+        assert ssh(lab, host, SNAPSHOT + STATE_DIR).stdout == before  # no source, package, pin
         status = json.loads(run_cli("status", str(lab), "--limit", host, "-o", "json",
                                     "-e", "nvidia_driver_preinstalled=keep").stdout)  # fmt: skip
         assert not [d for d in status["drift"][host] if d.startswith("driver")]

@@ -31,10 +31,12 @@ def test_uninstall_runs_in_reverse_lifecycle_order():
         for t in site["tasks"]
         if "ansible.builtin.import_role" in t
     ]
-    # The toolkit's source and version first (no package changed yet), then the roles in order.
-    assert imports[0] == {"name": "nvidia_container_toolkit", "tasks_from": "resolve"}
-    install_order = [i["name"] for i in imports[1:]]
-    assert all("tasks_from" not in i for i in imports[1:])
+    # The driver's refusals first (they promise no change), then the toolkit's source and version
+    # (no package changed yet), then the roles in order.
+    assert imports[0] == {"name": "nvidia_driver", "tasks_from": "preflight"}
+    assert imports[1] == {"name": "nvidia_container_toolkit", "tasks_from": "resolve"}
+    install_order = [i["name"] for i in imports[2:]]
+    assert all("tasks_from" not in i for i in imports[2:])
     mig, stamps = site["tasks"][-2:]  # MIG included last, only where a layout is set; then stamps
     assert "gpustack.gpustack.gpustack_converged" in stamps
     assert mig["ansible.builtin.include_role"]["name"] == "nvidia_mig"
