@@ -203,6 +203,14 @@ def find_problems(
         check = entry.get("template_check") or {}
         if check.get("error"):
             add("error", f"{check.get('template')}: {check['error']}", check.get("hint", ""))
+    if runtime and runtime != "none" and pf.get("systemd") is False:
+        add(
+            "error",
+            f"the host does not run systemd, and install restarts {runtime} through systemd "
+            "after wiring the nvidia runtime: install refuses it",
+            f"boot the host with systemd; or wire {runtime} yourself (docs/runtime.md) and run "
+            "install with --skip-tags container_runtime",
+        )
     refusal = cri_dockerd_refusal(pf, runtime_class)
     if refusal:
         add(refusal.severity, refusal.message, refusal.hint)

@@ -64,7 +64,7 @@ author: gpustack
 
 RETURN = r"""
 ansible_facts:
-  description: C(gpustack_preflight) (keys os, kernel, arch, gpus, nvswitch, secure_boot,
+  description: C(gpustack_preflight) (keys os, kernel, arch, gpus, nvswitch, secure_boot, systemd,
     nouveau_loaded, nvidia_module_loaded, kernel_headers, driver, runtimes, runtime, kubelet,
     cri_dockerd); with section status C(gpustack_status) (driver, toolkit, runtime,
     reboot_required_file); with section converged C(gpustack_converged_probe) (stamps,
@@ -412,6 +412,8 @@ def preflight(params):
         "gpus": {"count": len(gpus), "devices": gpus},
         "nvswitch": {"present": bool(switches), "count": len(switches)},
         "secure_boot": secure_boot(),
+        # sd_booted(3): systemd is the running init (the runtime's restart needs it)
+        "systemd": os.path.isdir("/run/systemd/system"),
         "nouveau_loaded": "nouveau" in modules,
         "nvidia_module_loaded": "nvidia" in modules,
         "kernel_headers": kernel_headers(kernel, osinfo["family"], "headers" in params["sections"]),

@@ -56,6 +56,11 @@ def main():
     if module.check_mode:
         module.exit_json(changed=params["restart"] or bool(present), name=name,
                          would_restart=params["restart"], removed=present)  # fmt: skip
+    if params["restart"] and not module.get_bin_path("systemctl"):
+        # run_command would fail with "Error executing command." (a host whose init is not
+        # systemd, as the lent H100 VM of 2026-11-27)
+        module.fail_json(msg="cannot restart %s: systemctl is not installed (the host does not run "
+                             "systemd)" % name)  # fmt: skip
     if params["restart"]:
         if params["reset_failed"]:
             module.run_command(["systemctl", "reset-failed", name + ".service"])

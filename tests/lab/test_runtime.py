@@ -204,6 +204,34 @@ def test_rejected_config_is_rolled_back_and_containerd_keeps_running(lab):
     assert dump(inventory, node) == before
 
 
+def test_a_host_without_systemd_is_refused_before_any_change(lab):
+    """The lent H100 VM's init is not systemd (2026-11-27): with containerd started by hand,
+    install wrote the files, failed at the restart and left its marker and backups. Here the
+    node's sd_booted(3) marker is moved away, so systemctl refuses as it does on such a host."""
+    inventory, varsfile = lab
+    node = f"{LAB}-node1"
+    start_from(inventory, node, KUBEADM)
+    snapshot = ("find /etc/containerd /var/lib/gpustack -type f 2>/dev/null | sort | xargs -r md5sum; "
+                "ls /etc/containerd")  # fmt: skip
+    before = ssh(inventory, node, snapshot).stdout
+    hide = "mv /run/systemd/system /run/systemd/system.gpustack-test"
+    assert ssh(inventory, node, hide).returncode == 0
+    try:
+        rc, doc = install(inventory, varsfile, "--limit", node)
+        assert rc == 1
+        message = doc["hosts"][node]["failures"][-1]["message"]
+        assert "does not run systemd" in message and "Nothing was changed" in message, message
+        assert "Hint: run install on a host that systemd booted" in message
+        assert doc["hosts"][node]["changed"] == 0
+        # --tags that leave the runtime out leave the refusal out
+        rc, doc = install(inventory, varsfile, "--limit", node, "--tags", "gpu_preflight")
+        assert rc == 0, doc["hosts"][node]["failures"]
+    finally:
+        ssh(inventory, node, "mv /run/systemd/system.gpustack-test /run/systemd/system")
+    assert ssh(inventory, node, snapshot).stdout == before
+    assert ssh(inventory, node, "systemctl is-active containerd").stdout.strip() == "active"
+
+
 def test_toolkit_pinned_held_upgraded_and_unknown_version_refused(lab):
     inventory, varsfile = lab
     old, new = lab_fixtures.VERSIONS

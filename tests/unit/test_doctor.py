@@ -140,3 +140,15 @@ def test_a_k3s_template_that_install_refuses_is_an_error_with_its_hint():
     entry["template_check"] = {"template": None, "error": "", "hint": ""}
     found = doctor.find_problems("h", facts(runtime="k3s", runtimes=[entry]))
     assert not [p for p in found if p.severity == "error"]
+
+
+def test_a_runtime_on_a_host_without_systemd_is_an_error_install_refuses():
+    """As on the lent H100 VM (2026-11-27): containerd started by hand, another init."""
+    (err,) = doctor.find_problems("h", facts(systemd=False))
+    assert err.severity == "error"
+    assert "does not run systemd" in err.message and "containerd" in err.message
+    assert "--skip-tags container_runtime" in err.hint
+    assert doctor.find_problems("h", facts(systemd=True)) == []
+    assert doctor.find_problems("h", facts()) == []  # a probe of before the key: no claim
+    bare = facts(systemd=False, runtime=None, runtimes=[], kubelet={"present": False})
+    assert "does not run systemd" not in " ".join(messages(doctor.find_problems("h", bare)))

@@ -193,3 +193,15 @@ def test_restart_check_mode_does_nothing_and_plan_says_restart(tmp_path):
         ]
     )
     assert plan.services == [] and plan.other == []
+
+
+def test_restart_without_systemctl_says_so(tmp_path):
+    """The lent H100 VM (2026-11-27) has no systemd: run_command said only "Error executing
+    command."."""
+    result = run_module(
+        RESTART, {"name": "containerd", "restart": True}, tmp_path, path="/nonexistent"
+    )
+    assert result["failed"] is True
+    assert result["msg"] == (
+        "cannot restart containerd: systemctl is not installed (the host does not run systemd)"
+    )
