@@ -8,8 +8,6 @@ from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
-import re
-
 try:
     from urllib.parse import unquote, urlsplit, urlunsplit
 except ImportError:  # pragma: no cover - Python 2 controllers are not supported
@@ -72,52 +70,8 @@ def credentials(url, username="", password="", key_url=None):
     }
 
 
-# (cause, pattern over get_url's status and message, hint); first match wins. "HTTP" causes
-# show the status code when there is one.
-FETCH_CAUSES = (
-    ("HTTP", r"\b40[13]\b|Unauthori[sz]ed|Forbidden",
-     "the mirror refused the credentials: check the user name and password{inputs}"),
-    ("not found", r"\b404\b|Not Found|No such file",
-     "no key at that URL: check the key URL"),
-    ("DNS", r"Name or service not known|resolution|resolve|getaddrinfo|nodename",
-     "the node cannot resolve the host name: check the name or the node's DNS (/etc/resolv.conf)"),
-    ("TLS", r"SSL|CERTIFICATE|certificate|TLS|handshake",
-     "the TLS handshake did not succeed: install the mirror's CA certificate on the node "
-     "(update-ca-certificates) or fix the certificate"),
-    ("connection", r"refused|timed out|unreachable|No route|Connection|connect",
-     "the node cannot reach the host: is the server running, the port right, a firewall or "
-     "proxy in the way?"),
-    ("HTTP", r"\b5[0-9][0-9]\b", "the server answered with an error: check its logs"),
-)  # fmt: skip
-
-
-def fetch_failure(result, url, hint_inputs=""):
-    """One line for a failed get_url of a signing key: the cause (HTTP status, DNS, TLS,
-    connection) in words, what changed (nothing) and a hint."""
-    result = result or {}
-    status = result.get("status_code")
-    status = status if isinstance(status, int) and status > 0 else None
-    said = " ".join(
-        " ".join(str(result.get(k)) for k in ("response", "msg") if result.get(k)).split()
-    )
-    said = said.replace("Request failed: ", "").replace(" Request failed", "").strip()
-    probe = "%s %s" % (status or "", said)
-    inputs = " (%s)" % hint_inputs if hint_inputs else ""
-    for cause, pattern, hint in FETCH_CAUSES:
-        if re.search(pattern, probe):
-            if status and cause in ("HTTP", "not found"):
-                cause = "HTTP %d" % status
-            text = "cannot fetch the signing key from %s: %s (%s). Nothing was changed. Hint: %s"
-            return text % (url, cause, said or "the request failed", hint.format(inputs=inputs))
-    return (
-        "cannot fetch the signing key from %s: %s. Nothing was changed. Hint: check that the "
-        "URL serves the key and is reachable from the node" % (url, said or "the request failed")
-    )
-
-
 class FilterModule(object):
     def filters(self):
         return {
             "apt_signed_repo_credentials": credentials,
-            "apt_signed_repo_fetch_failure": fetch_failure,
         }

@@ -49,6 +49,17 @@ options:
       - The signing key as fetched (armored); its fingerprint must end with I(key_fingerprint),
         else the module fails before anything is written. It is converted to the keyring
         (C(gpg --dearmor)) in memory. Used instead of I(keyring_src).
+  key_url:
+    type: str
+    default: ""
+    description:
+      - Where the signing key is (http(s):// or file://, without credentials). Fetched on
+        every run (in check mode too: a read) and, like I(key), checked before anything is
+        written; stored as C(/var/lib/gpustack/<name>.pub) with the change. A key that cannot
+        be fetched fails the module with the cause in words and nothing written (not even the
+        state directory). Used instead of I(key).
+  key_username: {type: str, default: "", description: Login for I(key_url) (basic auth).}
+  key_password: {type: str, default: "", no_log: true, description: Password for I(key_url).}
   key_fingerprint: {type: str, default: "", description: The pinned fingerprint (or its tail).}
   key_location: {type: str, default: "", description: Where the key came from (for messages).}
   auth_machine:
@@ -79,7 +90,8 @@ refreshed: {description: apt-get update ran for this source, type: bool}
 rolled_back: {description: Files were restored from the record, type: bool}
 cause:
   description: >-
-    On failure: conflict, auth, not_found, dns, connect, tls, signature, server or other.
+    On failure: fetch, fingerprint, conflict, auth, not_found, dns, connect, tls, signature,
+    server or other.
   type: str
 conflicting:
   description: "On cause=conflict: the host's source files apt refuses together with this source."
@@ -97,6 +109,10 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import run
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_keyfetch import (
+    fetch_failure,
+    fetch_key,
+)
 
 HINTS = {
     "auth": "the mirror refused the credentials: check the user name and password{inputs}",
@@ -133,6 +149,7 @@ def paths(root, name):
         "auth": at("/etc/apt/auth.conf.d/gpustack-%s.conf" % name),
         "keyring": at("/usr/share/keyrings/gpustack-%s.gpg" % name),
         "txn": at("/var/lib/gpustack/apt-txn/%s.json" % name),
+        "pub": at("/var/lib/gpustack/%s.pub" % name),
     }
 
 
@@ -387,38 +404,64 @@ def old_backups(source_path):
     return sorted(glob.glob(glob.escape(source_path) + ".*~"))
 
 
-def fingerprints(module, key):
-    """The fingerprints gpg reads in the key file (upper case)."""
-    rc, out, _err = module.run_command(["gpg", "--batch", "--show-keys", "--with-colons", key])
+def fingerprints(module, armored):
+    """The fingerprints gpg reads in the key (bytes; upper case)."""
+    fd, tmp = tempfile.mkstemp(prefix="gpustack-key-")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(armored)
+        rc, out, _err = module.run_command(["gpg", "--batch", "--show-keys", "--with-colons", tmp])
+    finally:
+        os.remove(tmp)
     if rc != 0:
         return []
     return [line.split(":")[9].upper() for line in out.splitlines()
             if line.startswith("fpr:") and len(line.split(":")) > 9]  # fmt: skip
 
 
-def keyring_from_key(module, params):
-    """The keyring from the fetched key, after its fingerprint was checked (None: no key file)."""
-    armored = read(params["key"])
-    if armored is None:
-        return None
-    found = fingerprints(module, params["key"])
+def has_pin(found, params):
     pinned = params["key_fingerprint"].replace(" ", "").upper()
-    if pinned and not any(f.endswith(pinned) for f in found):
+    return not pinned or any(f.endswith(pinned) for f in found)
+
+
+def keyring_from_armored(module, params, armored, where):
+    """The keyring from a key, after its fingerprint was checked."""
+    found = fingerprints(module, armored)
+    if not has_pin(found, params):
         module.fail_json(
             msg="The key at %s has fingerprint(s) %s, not %s. Nothing was installed from that "
             "repository. Hint: check the key URL and the pinned fingerprint."
-            % (params["key_location"] or params["key"], ", ".join(found) or "none",
-               params["key_fingerprint"]),
+            % (where, ", ".join(found) or "none", params["key_fingerprint"]),
             cause="fingerprint",
         )  # fmt: skip
     rc, out, err = module.run_command(["gpg", "--batch", "--dearmor"], data=armored,
                                       binary_data=True, encoding=None)  # fmt: skip
     if rc != 0 or not out:
         reason = err.decode("utf-8", "replace").strip()
-        where = params["key_location"] or params["key"]
         msg = "gpg could not convert the key at %s to a keyring: %s" % (where, reason)
         module.fail_json(msg=msg)
     return out
+
+
+def keyring_from_key(module, params):
+    """The keyring from the key file, after its fingerprint was checked (None: no key file)."""
+    armored = read(params["key"])
+    if armored is None:
+        return None
+    return keyring_from_armored(module, params, armored, params["key_location"] or params["key"])
+
+
+def key_from_url(module, params):
+    """(keyring, armored key): the key fetched from key_url (each run, as get_url with force
+    did: a key re-published at its URL under the same fingerprint, say with a later expiry, is
+    taken up), checked against the pin. Nothing is written here; a fetch that fails fails the
+    module."""
+    where = params["key_location"] or params["key_url"]
+    armored, failure = fetch_key(params["key_url"], params["key_username"], params["key_password"])
+    if armored is None:
+        module.fail_json(msg=fetch_failure(failure, where, params["hint_inputs"]), cause="fetch",
+                         rolled_back=False, files=[])  # fmt: skip
+    return keyring_from_armored(module, params, armored, where), armored
 
 
 def present(module, files):
@@ -429,7 +472,10 @@ def present(module, files):
             "cannot express. Hint: use credentials without spaces or tabs"
         )
     keyring = None
-    if params["key"]:
+    stored_key = None
+    if params["key_url"]:
+        keyring, stored_key = key_from_url(module, params)
+    elif params["key"]:
         keyring = keyring_from_key(module, params)
         if keyring is None and not module.check_mode:
             module.fail_json(msg="signing key %s is missing" % params["key"])
@@ -444,8 +490,10 @@ def present(module, files):
     auth = auth_text(params["auth_machine"], params["username"], params["password"])
     if auth is not None:
         wanted[files["auth"]] = (auth, 0o600)
-    if params["key"] or params["keyring_src"]:
+    if params["key_url"] or params["key"] or params["keyring_src"]:
         wanted[files["keyring"]] = (keyring or b"", 0o644) if keyring is not None else "unknown"
+    if stored_key is not None:  # kept under the state directory, restored with the rest
+        wanted[files["pub"]] = (stored_key, 0o644)
     for backup in old_backups(files["source"]):
         wanted[backup] = None
     before = dict((path, snapshot(path)) for path in wanted)
@@ -493,6 +541,10 @@ def present(module, files):
     if module.check_mode:
         module.exit_json(**result)
     if changed:
+        state_dir = os.path.dirname(os.path.dirname(files["txn"]))
+        if not os.path.isdir(state_dir):  # gpustack's state directory, readable (the key is)
+            os.makedirs(state_dir, 0o755)
+            os.chmod(state_dir, 0o755)
         if not pending:  # keep the oldest "before": that of the run that began the change
             txn = dict((path, before[path]) for path in wanted)
             save_txn(files["txn"], txn)
@@ -546,6 +598,9 @@ def main():
             content=dict(type="str", default=""),
             keyring_src=dict(type="path", default=""),
             key=dict(type="path", default=""),
+            key_url=dict(type="str", default=""),
+            key_username=dict(type="str", default=""),
+            key_password=dict(type="str", default="", no_log=True),
             key_fingerprint=dict(type="str", default=""),
             key_location=dict(type="str", default=""),
             auth_machine=dict(type="str", default=""),

@@ -350,3 +350,88 @@ def test_a_key_with_another_fingerprint_is_refused_before_anything_is_written(en
     rc, res, _ = run(env, tmp_path, content=source(env, f"file://{repo}"), key=str(not_a_key),
                      key_fingerprint=pinned)  # fmt: skip
     assert rc != 0 and "fingerprint(s) none" in res["msg"] and not env["root"].exists()
+
+
+def _pub(env) -> Path:
+    return env["root"] / "var/lib/gpustack/t1.pub"
+
+
+def test_key_url_is_fetched_checked_and_stored_with_the_source(env, tmp_path, repo):
+    """key_url: the key is fetched, checked and stored with the source (state directory 0755),
+    on every run as get_url with force did; the same key again changes nothing, a key
+    re-published under the same fingerprint (here: armored with a comment) is taken up."""
+    tail = _fingerprint(repo / "gpgkey")[-16:]
+    args = {"content": source(env, f"file://{repo}"), "key_fingerprint": tail,
+            "key_location": "file:///mirror/gpgkey"}  # fmt: skip
+    rc, res, raw = run(env, tmp_path, key_url=f"file://{repo}/gpgkey", **args)
+    assert rc == 0, raw
+    assert res["changed"] and res["refreshed"]
+    assert _pub(env).read_bytes() == (repo / "gpgkey").read_bytes()
+    assert (env["root"] / "var/lib/gpustack").stat().st_mode & 0o777 == 0o755
+    keyring = env["root"] / "usr/share/keyrings/gpustack-t1.gpg"
+    assert keyring.read_bytes() == env["key"].read_bytes()
+    run(env, tmp_path, state="commit")
+    before = tree(env["root"])
+    rc, res, raw = run(env, tmp_path, key_url=f"file://{repo}/gpgkey", **args)
+    assert rc == 0 and not res["changed"] and tree(env["root"]) == before, raw
+    text = (repo / "gpgkey").read_text()
+    republished = tmp_path / "gpgkey"
+    republished.write_text(text.replace("\n\n", "\nComment: re-published\n\n", 1))
+    rc, res, raw = run(env, tmp_path, key_url=f"file://{republished}", **args)
+    assert rc == 0 and res["changed"], raw
+    assert _pub(env).read_bytes() == republished.read_bytes()
+    assert keyring.read_bytes() == env["key"].read_bytes()  # the same key
+    # A later run that cannot fetch the key fails, and changes nothing.
+    run(env, tmp_path, state="commit")
+    before = tree(env["root"])
+    rc, res, raw = run(env, tmp_path, key_url="http://127.0.0.1:9/gpgkey", **args)
+    assert rc != 0 and res["cause"] == "fetch" and tree(env["root"]) == before, raw
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        ("http://127.0.0.1:9/gpgkey", ["connection", "Connection refused", "cannot reach"]),
+        ("file:///nonexistent/gpgkey", ["not found", "no key at that URL"]),
+    ],
+)
+def test_a_key_that_cannot_be_fetched_writes_nothing(env, tmp_path, repo, url, words):
+    """Not even gpustack's state directory (a failed get_url left it behind, then a rescue
+    removed it and reported two changes)."""
+    for check in (False, True):
+        rc, res, _ = run(env, tmp_path, content=source(env, f"file://{repo}"), key_url=url,
+                         key_location=url, key_fingerprint="ABCD",
+                         _ansible_check_mode=check)  # fmt: skip
+        assert rc != 0 and res["cause"] == "fetch" and not res["rolled_back"]
+        assert res["msg"].startswith(f"cannot fetch the signing key from {url}: ")
+        assert "Nothing was changed. Hint: " in res["msg"]
+        for word in words:
+            assert word in res["msg"], res["msg"]
+        assert not env["root"].exists()
+
+
+def test_key_url_credentials_go_as_basic_auth_and_a_refusal_names_the_inputs(
+    env, tmp_path, repo, server
+):
+    tail = _fingerprint(repo / "gpgkey")[-16:]
+    args = {"content": source(env, f"file://{repo}"), "key_fingerprint": tail,
+            "key_url": f"{server}/gpgkey", "key_location": f"{server}/gpgkey",
+            "hint_inputs": "x_username"}  # fmt: skip
+    rc, res, raw = run(env, tmp_path, key_username=USER, key_password="wrong", **args)
+    assert rc != 0 and res["cause"] == "fetch", raw
+    assert "HTTP 401" in res["msg"] and "password (x_username)" in res["msg"]
+    assert "wrong" not in raw and not env["root"].exists()
+    rc, res, raw = run(env, tmp_path, key_username=USER, key_password=PASSWORD, **args)
+    assert rc == 0, raw
+    assert PASSWORD not in raw
+
+
+def test_check_mode_fetches_the_key_and_plans_the_keyring(env, tmp_path, repo):
+    """In check mode the key is read (no file written): the plan knows whether the keyring would
+    change, which it could not while get_url skipped the download in check mode."""
+    rc, res, raw = run(env, tmp_path, content=source(env, f"file://{repo}"),
+                       key_url=f"file://{repo}/gpgkey", key_fingerprint=_fingerprint(repo / "gpgkey"),
+                       _ansible_check_mode=True)  # fmt: skip
+    assert rc == 0 and res["changed"], raw
+    assert str(env["root"] / "usr/share/keyrings/gpustack-t1.gpg") in res["files"]
+    assert not env["root"].exists()

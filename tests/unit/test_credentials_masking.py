@@ -14,9 +14,11 @@ from gpustack.ansible import runner
 from gpustack.errors import BadInput
 from gpustack.fleet import converged
 from gpustack.terminal import output
+from tests.unit.host_modules import utils
 from tests.unit.test_driver_filters import load
 
 repo_filters = load("plugins/filter/apt_signed_repo.py", "asr_filters")
+keyfetch = utils("gpustack_keyfetch")
 stamp_filters = load("plugins/filter/gpu_converged.py", "gc_filters")
 toolkit_filters = load("plugins/filter/nvidia_container_toolkit.py", "nct_filters")
 driver_filters = load("plugins/filter/nvidia_driver.py", "nd_filters_sec")
@@ -182,7 +184,7 @@ def test_key_gets_the_repository_credentials_only_on_the_same_origin():
     ],
 )  # fmt: skip
 def test_key_fetch_failures_name_the_cause(result, words):
-    text = repo_filters.fetch_failure(result, "http://m/key", "x_username")
+    text = keyfetch.fetch_failure(result, "http://m/key", "x_username")
     assert text.startswith("cannot fetch the signing key from http://m/key: ")
     assert "Nothing was changed. Hint: " in text
     assert "failed:" not in text  # the driver role's rescue strips up to a "failed:"
