@@ -54,7 +54,7 @@ options:
     default: ""
     description:
       - Where the signing key is (http(s):// or file://, without credentials). Fetched on
-        every run (in check mode too: a read) and, like I(key), checked before anything is
+        every run (in check mode too, as a read) and, like I(key), checked before anything is
         written; stored as C(/var/lib/gpustack/<name>.pub) with the change. A key that cannot
         be fetched fails the module with the cause in words and nothing written (not even the
         state directory). Used instead of I(key).
