@@ -140,7 +140,8 @@ def _exit(code: int) -> None:
 
 @host_command
 def install(
-    inventory: Inventory,
+    inventory: LocalOrInventory = None,
+    local: Local = False,
     check: Annotated[
         bool, typer.Option("--check", help="Change nothing; report what would change.")
     ] = False,
@@ -312,7 +313,8 @@ def mig(
 
 @host_command
 def uninstall(
-    inventory: Inventory,
+    inventory: LocalOrInventory = None,
+    local: Local = False,
     components: Annotated[
         str,
         typer.Option("--components", help="Comma-separated: driver, toolkit, runtime, k8s."),

@@ -28,7 +28,7 @@ def test_local_inventory_is_written_once_and_read_by_ansible(tmp_path):
 def test_local_and_inventory_exclude_each_other(tmp_path, state_dir):
     inv = tmp_path / "inv.ini"
     inv.write_text("[gpu_nodes]\nnode1\n")
-    for command in ("doctor", "status", "plan", "smoke"):
+    for command in ("doctor", "status", "plan", "smoke", "install", "uninstall"):
         proc = run_cli(command, str(inv), "--local")
         assert proc.returncode == 2, (command, proc.stderr)
         assert "Error: both an inventory" in proc.stderr and "Hint:" in proc.stderr
@@ -110,3 +110,14 @@ def test_capture_must_be_a_directory(tmp_path, state_dir):
     proc = run_cli("smoke", "--local", "--capture", str(target))
     assert proc.returncode == 2 and "is not a directory" in proc.stderr
     assert not runs_started(state_dir)
+
+
+def test_install_local_runs_on_this_machine_without_ssh(state_dir):
+    """install --local (check mode, the preflight only: nothing of this machine changes) goes
+    through the same one-line inventory as the read-only commands."""
+    proc = run_cli("install", "--local", "--check", "--tags", "gpu_preflight", "-o", "json")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    assert list(doc["hosts"]) == ["localhost"] and doc["hosts"]["localhost"]["changed"] == 0
+    assert doc["hosts"]["localhost"]["facts"]["gpustack_preflight"]["gpus"]["count"] == 0
+    assert (state_dir / "local-inventory.ini").is_file()
