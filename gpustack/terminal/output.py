@@ -205,6 +205,9 @@ def print_run(result: RunResult, verbose: int = 0) -> None:
         if recovery.get("message"):
             colour = "yellow" if recovery.get("recovered") else "red"
             stdout.print(f"[{colour}]{escape(host.name)}: {escape(str(recovery['message']))}[/]")
+    for host in result.hosts.values():  # what a role left undone on purpose, said plainly
+        for note in host.facts.get("gpustack_notes") or []:
+            stdout.print(f"[yellow]{escape(host.name)}: {escape(credentials.scrub(str(note)))}[/]")
     if verbose:
         for host in result.hosts.values():
             for failure in host.failures:

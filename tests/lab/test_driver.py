@@ -305,3 +305,42 @@ def test_debian13_installs_the_550_branch(tmp_path):
         assert facts["held"] is True
     finally:
         run_cli("lab", "down", "--name", name)
+
+
+def test_a_host_without_systemd_gets_the_driver_and_no_systemd_marker(tmp_path):
+    """A host that systemd did not boot (the lent H100 VMs; this project's build machine): there,
+    `systemctl mask --runtime` works offline and creates /run/systemd/system, the very marker of
+    a systemd boot (seen on the build machine, 2026-11-27), and unmask and enable fail without
+    systemd's bus. The role leaves nvidia-persistenced alone there and says so.
+
+    Emulated on a lab node: /run/systemd/system moved aside (what gpustack's probe and the
+    package scripts look at), and a policy-rc.d that denies init scripts, as container images
+    ship it (without systemd the package's postinst would start the daemon's init script)."""
+    name = f"{LAB}n"
+    inventory = tmp_path / "nosd.ini"
+    host = f"{name}-node1"
+    hide = "mv /run/systemd/system /run/systemd/system.gpustack-test"
+    deny = "printf '#!/bin/sh\\nexit 101\\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d"
+    try:
+        assert run_cli("lab", "up", "--name", name, "--nodes", "1", "--os", "debian12",
+                       "--inventory", str(inventory), timeout=1800).returncode == 0  # fmt: skip
+        assert ssh(inventory, host, f"{deny} && {hide}").returncode == 0
+        doc = install(inventory)
+        assert doc["rc"] == 0, doc["hosts"][host].get("failures")
+        facts = doc["hosts"][host]["facts"]
+        assert facts["gpustack_driver"]["installed_version"] == NEW
+        assert facts["gpustack_preflight"]["systemd"] is False
+        # No systemd marker made by gpustack, no mask left behind.
+        assert ssh(inventory, host, "test -e /run/systemd/system").returncode == 1
+        masked = "test -e /run/systemd/system.gpustack-test/nvidia-persistenced.service"
+        assert ssh(inventory, host, masked).returncode == 1
+        assert facts["gpustack_notes"] == [
+            "nvidia-persistenced not enabled or started by gpustack: the host does not run "
+            "systemd (no /run/systemd/system); start it with the host's own init"
+        ]
+        proc = run_cli("install", str(inventory), *DISTRO, "--full")  # the text output says it too
+        assert f"{host}: nvidia-persistenced not enabled or started" in " ".join(
+            proc.stdout.split()
+        )
+    finally:
+        run_cli("lab", "down", "--name", name)

@@ -105,3 +105,20 @@ def test_host_never_reached_is_not_reported_ok():
     t = RunTracker(["a"])
     assert t.hosts["a"].status == "not run"
     assert result(t, "failed", 1).exit_code == ExitCode.HOST_FAILED
+
+
+def test_notes_a_role_publishes_are_printed_under_the_run_table(capsys):
+    """gpustack_notes: what a role left undone on purpose (the driver role on a host without
+    systemd) is said under the table, per host, not only in --output json."""
+    from gpustack.terminal import output
+
+    t = RunTracker(["a", "b"])
+    note = "nvidia-persistenced not enabled or started by gpustack: the host does not run systemd"
+    t.handle(ev("runner_on_start", "a"))
+    t.handle(ev("runner_on_ok", "a", res={"ansible_facts": {"gpustack_notes": [note]}}))
+    t.handle(ev("runner_on_start", "b"))
+    t.handle(ev("runner_on_ok", "b", res={}))
+    output.print_run(result(t))
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"a: {note}" in out
+    assert out.count(note) == 1  # host b published none
