@@ -151,7 +151,10 @@ def node_status(
                 drift.append(f"companion {name} {entry['installed']}: {entry['problem']}")
         unit = st_driver.get("persistenced") or {}
         wanted = str(inputs.get("nvidia_driver_persistenced")).lower() in ("1", "true", "yes")
-        if unit.get("enabled") not in (None, "enabled") and wanted:
+        # Without systemd the role leaves the unit to the host's init (roles/nvidia_driver
+        # configure.yml): no drift that install would never repair.
+        systemd = pf.get("systemd") is not False
+        if unit.get("enabled") not in (None, "enabled") and wanted and systemd:
             left = " (left by a run stopped in the driver's apt transaction)"
             drift.append(
                 f"nvidia-persistenced {unit['enabled'] or 'unknown'}: install enables it"

@@ -286,3 +286,14 @@ def test_nvidia_persistenced_not_enabled_is_drift_and_a_left_mask_says_why():
     data = facts(inputs={"nvidia_driver_persistenced": False})
     data["gpustack_status"]["driver"]["persistenced"] = {"enabled": "disabled", "active": ""}
     assert fleet.node_status("n1", data).drift == []  # not wanted: not drift
+
+
+def test_nvidia_persistenced_on_a_host_without_systemd_is_not_drift():
+    """The driver role leaves the unit to the host's init there; systemctl cannot read it."""
+    data = facts()
+    data["gpustack_status"]["driver"]["persistenced"] = {"enabled": "", "active": ""}
+    assert fleet.node_status("n1", data).drift == [
+        "nvidia-persistenced unknown: install enables it"
+    ]
+    data["gpustack_preflight"]["systemd"] = False
+    assert fleet.node_status("n1", data).drift == []
