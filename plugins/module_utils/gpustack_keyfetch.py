@@ -1,8 +1,8 @@
 # -*- coding: utf-8 -*-
 """Fetch an APT repository's signing key on the node, and say in one line why it failed.
 
-Used by gpustack_apt_source, which fetches the key itself (and only when the stored one does
-not have the pinned fingerprint) so that nothing is written before the fetch succeeded.
+Used by gpustack_apt_source, which fetches the key itself (on every run) so that nothing is
+written before the fetch succeeded.
 """
 
 from __future__ import absolute_import, division, print_function

@@ -41,23 +41,17 @@ options:
   keyring_src:
     type: path
     default: ""
-    description: Keyring file to install; empty (and no I(key)) keeps the keyring as it is.
-  key:
-    type: path
-    default: ""
-    description:
-      - The signing key as fetched (armored); its fingerprint must end with I(key_fingerprint),
-        else the module fails before anything is written. It is converted to the keyring
-        (C(gpg --dearmor)) in memory. Used instead of I(keyring_src).
+    description: Keyring file to install; empty (and no I(key_url)) keeps the keyring as it is.
   key_url:
     type: str
     default: ""
     description:
-      - Where the signing key is (http(s):// or file://, without credentials). Fetched on
-        every run (in check mode too, as a read) and, like I(key), checked before anything is
-        written; stored as C(/var/lib/gpustack/<name>.pub) with the change. A key that cannot
-        be fetched fails the module with the cause in words and nothing written (not even the
-        state directory). Used instead of I(key).
+      - Where the signing key is (http(s):// or file://, without credentials), armored. Fetched
+        on every run (in check mode too, as a read); its fingerprint must end with
+        I(key_fingerprint), else the module fails before anything is written; converted to the
+        keyring (C(gpg --dearmor)) in memory; stored as C(/var/lib/gpustack/<name>.pub) with
+        the change. A key that cannot be fetched fails the module with the cause in words and
+        nothing written (not even the state directory). Used instead of I(keyring_src).
   key_username: {type: str, default: "", description: Login for I(key_url) (basic auth).}
   key_password: {type: str, default: "", no_log: true, description: Password for I(key_url).}
   key_fingerprint: {type: str, default: "", description: The pinned fingerprint (or its tail).}
@@ -443,14 +437,6 @@ def keyring_from_armored(module, params, armored, where):
     return out
 
 
-def keyring_from_key(module, params):
-    """The keyring from the key file, after its fingerprint was checked (None: no key file)."""
-    armored = read(params["key"])
-    if armored is None:
-        return None
-    return keyring_from_armored(module, params, armored, params["key_location"] or params["key"])
-
-
 def key_from_url(module, params):
     """(keyring, armored key): the key fetched from key_url (each run, as get_url with force
     did: a key re-published at its URL under the same fingerprint, say with a later expiry, is
@@ -475,10 +461,6 @@ def present(module, files):
     stored_key = None
     if params["key_url"]:
         keyring, stored_key = key_from_url(module, params)
-    elif params["key"]:
-        keyring = keyring_from_key(module, params)
-        if keyring is None and not module.check_mode:
-            module.fail_json(msg="signing key %s is missing" % params["key"])
     elif params["keyring_src"]:
         keyring = read(params["keyring_src"])
         if keyring is None and not module.check_mode:
@@ -490,7 +472,7 @@ def present(module, files):
     auth = auth_text(params["auth_machine"], params["username"], params["password"])
     if auth is not None:
         wanted[files["auth"]] = (auth, 0o600)
-    if params["key_url"] or params["key"] or params["keyring_src"]:
+    if params["key_url"] or params["keyring_src"]:
         wanted[files["keyring"]] = (keyring or b"", 0o644) if keyring is not None else "unknown"
     if stored_key is not None:  # kept under the state directory, restored with the rest
         wanted[files["pub"]] = (stored_key, 0o644)
@@ -597,7 +579,6 @@ def main():
             state=dict(type="str", default="present", choices=["present", "commit", "rollback"]),
             content=dict(type="str", default=""),
             keyring_src=dict(type="path", default=""),
-            key=dict(type="path", default=""),
             key_url=dict(type="str", default=""),
             key_username=dict(type="str", default=""),
             key_password=dict(type="str", default="", no_log=True),

@@ -320,11 +320,11 @@ def _fingerprint(armored: Path) -> str:
 
 
 def test_the_fetched_key_is_checked_and_dearmored_in_the_same_call(env, tmp_path, repo):
-    """key + key_fingerprint: the keyring written is gpg --dearmor of the fetched key (as the role's
-    separate gpg calls made it before they were folded into the module)."""
+    """key_url + key_fingerprint: the keyring written is gpg --dearmor of the fetched key (as the
+    role's separate gpg calls made it before they were folded into the module)."""
     armored = repo / "gpgkey"
     tail = _fingerprint(armored)[-16:].lower()  # the tail, in lower case, is enough
-    rc, res, raw = run(env, tmp_path, content=source(env, f"file://{repo}"), key=str(armored),
+    rc, res, raw = run(env, tmp_path, content=source(env, f"file://{repo}"), key_url=f"file://{armored}",
                        key_fingerprint=tail, key_location="file:///mirror/gpgkey")  # fmt: skip
     assert rc == 0, raw
     keyring = env["root"] / "usr/share/keyrings/gpustack-t1.gpg"
@@ -337,7 +337,7 @@ def test_a_key_with_another_fingerprint_is_refused_before_anything_is_written(en
     pinned = "0123456789ABCDEF0123456789ABCDEF01234567"
     for check in (False, True):
         rc, res, _ = run(env, tmp_path, content=source(env, f"file://{repo}"),
-                         key=str(repo / "gpgkey"), key_fingerprint=pinned,
+                         key_url=f"file://{repo}/gpgkey", key_fingerprint=pinned,
                          key_location="file:///mirror/gpgkey", _ansible_check_mode=check)  # fmt: skip
         assert rc != 0 and res["cause"] == "fingerprint"
         assert res["msg"] == (
@@ -347,7 +347,7 @@ def test_a_key_with_another_fingerprint_is_refused_before_anything_is_written(en
         assert not env["root"].exists()  # no source, keyring or record written
     not_a_key = tmp_path / "not-a-key"
     not_a_key.write_text("<html>login page</html>\n")
-    rc, res, _ = run(env, tmp_path, content=source(env, f"file://{repo}"), key=str(not_a_key),
+    rc, res, _ = run(env, tmp_path, content=source(env, f"file://{repo}"), key_url=f"file://{not_a_key}",
                      key_fingerprint=pinned)  # fmt: skip
     assert rc != 0 and "fingerprint(s) none" in res["msg"] and not env["root"].exists()
 
