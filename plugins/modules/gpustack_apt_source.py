@@ -21,7 +21,8 @@ description:
     NVIDIA's install guides and C(cuda-keyring) write them), makes apt refuse all of its
     sources; the module then fails naming that file, and changes nothing. Then it runs
     C(apt-get update) for this source alone; when apt cannot use it (HTTP status, DNS,
-    connection, TLS, signature), every file is restored from the record and the module fails
+    connection, TLS, signature), every file is restored from the record, the directories the
+    change created (C(/var/lib/gpustack) on a fresh host) are removed again, and the module fails
     with apt's own reason and a hint.
   - The record stays until I(state=commit) (the caller found what it needed in the source) or
     I(state=rollback) (the caller failed later; restores it). A record left by an interrupted
@@ -190,20 +191,22 @@ def auth_text(machine, username, password):
 
 
 def load_txn(path):
+    """(files before the change, directories the change created) or None when no record."""
     data = read(path)
     if data is None:
         return None
     try:
         record = json.loads(data.decode("utf-8"))
-        return dict(
+        before = dict(
             (p, None if v is None else (base64.b64decode(v["data"]), v["mode"]))
             for p, v in record["files"].items()
         )
-    except (ValueError, KeyError, TypeError):
+        return before, [str(d) for d in record.get("dirs", [])]
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def save_txn(path, before):
+def save_txn(path, before, dirs):
     files = {}
     for p, entry in before.items():
         files[p] = None
@@ -213,7 +216,30 @@ def save_txn(path, before):
     if not os.path.isdir(directory):
         os.makedirs(directory, 0o700)
     os.chmod(directory, 0o700)
-    write(path, json.dumps({"files": files}, sort_keys=True).encode("utf-8"), 0o600)
+    data = json.dumps({"files": files, "dirs": sorted(dirs)}, sort_keys=True).encode("utf-8")
+    write(path, data, 0o600)
+
+
+def missing_dirs(paths):
+    """The directories above `paths` that do not exist yet (what writing them would create)."""
+    missing = set()
+    for path in paths:
+        directory = os.path.dirname(path)
+        while directory and directory != os.path.dirname(directory):
+            if os.path.isdir(directory):
+                break
+            missing.add(directory)
+            directory = os.path.dirname(directory)
+    return missing
+
+
+def remove_dirs(dirs):
+    """Remove the directories a change created, deepest first, where nothing else is in them."""
+    for directory in sorted(dirs, key=len, reverse=True):
+        try:
+            os.rmdir(directory)
+        except OSError:  # gone already, or holds files the change did not write: kept
+            pass
 
 
 def snapshot(path):
@@ -480,8 +506,9 @@ def present(module, files):
         wanted[backup] = None
     before = dict((path, snapshot(path)) for path in wanted)
     changed = sorted(path for path, want in wanted.items() if want != before[path])
-    txn = load_txn(files["txn"])
-    pending = txn is not None
+    record = load_txn(files["txn"])
+    pending = record is not None
+    txn, made = record if record else (None, set())
     diff = []
     if files["source"] in changed:
         old = before[files["source"]]
@@ -523,17 +550,18 @@ def present(module, files):
     if module.check_mode:
         module.exit_json(**result)
     if changed:
+        # the directories this change creates are part of it: a rollback removes them again
+        made = set(made) | missing_dirs([files["txn"]] + [p for p in changed if wanted[p]])
         state_dir = os.path.dirname(os.path.dirname(files["txn"]))
         if not os.path.isdir(state_dir):  # gpustack's state directory, readable (the key is)
             os.makedirs(state_dir, 0o755)
             os.chmod(state_dir, 0o755)
         if not pending:  # keep the oldest "before": that of the run that began the change
             txn = dict((path, before[path]) for path in wanted)
-            save_txn(files["txn"], txn)
         else:
             for path in wanted:  # files this change touches that the record did not know
                 txn.setdefault(path, before[path])
-            save_txn(files["txn"], txn)
+        save_txn(files["txn"], txn, made)
         for path in changed:
             want = wanted[path]
             put(path, None if want is None else want[0], 0o644 if want is None else want[1])
@@ -550,6 +578,7 @@ def present(module, files):
         if not ok:
             restored = restore(txn) if txn else []
             os.remove(files["txn"])
+            remove_dirs(made)
             uri = next((u for u, _ in errors if u), "")
             reasons = [r for _, r in errors if r]
             cause = classify(reasons)
@@ -602,18 +631,20 @@ def main():
         if not params["content"]:
             module.fail_json(msg="state=present needs content")
         present(module, files)
-    txn = load_txn(files["txn"])
+    record = load_txn(files["txn"])
     if params["state"] == "commit":
-        if txn is not None and not module.check_mode:
+        if record is not None and not module.check_mode:
             os.remove(files["txn"])
-        module.exit_json(changed=False, pending=False, committed=txn is not None)
+        module.exit_json(changed=False, pending=False, committed=record is not None)
     # rollback
-    if txn is None:
+    if record is None:
         module.exit_json(changed=False, rolled_back=False, files=[])
+    txn, made = record
     if module.check_mode:
         module.exit_json(changed=True, rolled_back=True, files=sorted(txn))
     restored = restore(txn)
     os.remove(files["txn"])
+    remove_dirs(made)
     module.exit_json(changed=bool(restored), rolled_back=bool(restored), files=restored)
 
 

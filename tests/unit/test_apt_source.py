@@ -100,14 +100,13 @@ def run(env, tmp_path, **args) -> tuple[int, dict, str]:
 
 
 def tree(root: Path) -> dict[str, tuple[str, int]]:
-    """Every file under root: sha256 and mode (what 'byte-identical' compares)."""
+    """Every file and directory under root: sha256 (files) and mode, what 'byte-identical'
+    compares. Directories count: a rollback that leaves an empty /var/lib/gpustack behind has
+    changed the host (seen on a real GPU host, 2026-11-27)."""
     out = {}
     for path in sorted(root.rglob("*")):
-        if path.is_file():
-            out[str(path.relative_to(root))] = (
-                hashlib.sha256(path.read_bytes()).hexdigest(),
-                path.stat().st_mode & 0o7777,
-            )
+        digest = "dir" if path.is_dir() else hashlib.sha256(path.read_bytes()).hexdigest()
+        out[str(path.relative_to(root))] = (digest, path.stat().st_mode & 0o7777)
     return out
 
 
@@ -386,6 +385,33 @@ def test_key_url_is_fetched_checked_and_stored_with_the_source(env, tmp_path, re
     before = tree(env["root"])
     rc, res, raw = run(env, tmp_path, key_url="http://127.0.0.1:9/gpgkey", **args)
     assert rc != 0 and res["cause"] == "fetch" and tree(env["root"]) == before, raw
+
+
+def test_a_repository_apt_cannot_use_leaves_no_directory_behind(env, tmp_path, repo, server):
+    """Seen on a real GPU host (Ubuntu 24.04, 2026-11-27): the key fetched from a mirror, the
+    repository answering 404; the files were restored but an empty /var/lib/gpustack stayed."""
+    tail = _fingerprint(repo / "gpgkey")[-16:]
+    rc, res, raw = run(env, tmp_path, content=source(env, server + "/nope"), key_fingerprint=tail,
+                       key_url=f"file://{repo}/gpgkey", auth_machine=server, username=USER,
+                       password=PASSWORD)  # fmt: skip
+    assert rc == 1 and res["cause"] == "not_found" and res["rolled_back"] is True, raw
+    assert not env["root"].exists(), tree(env["root"])
+
+
+def test_rollback_removes_the_directories_the_change_made_and_keeps_others(env, tmp_path, repo):
+    args = {"content": source(env, f"file://{repo}"), "keyring_src": str(env["key"])}
+    assert run(env, tmp_path, **args)[0] == 0
+    assert (env["root"] / "var/lib/gpustack/apt-txn").is_dir()
+    rc, res, _ = run(env, tmp_path, state="rollback")
+    assert rc == 0 and res["rolled_back"] is True
+    assert not env["root"].exists(), tree(env["root"])
+    # a directory that holds something the change did not write stays (another role's stamp)
+    stamp = env["root"] / "var/lib/gpustack/driver.json"
+    assert run(env, tmp_path, **args)[0] == 0
+    stamp.write_text("{}\n")
+    assert run(env, tmp_path, state="rollback")[0] == 0
+    assert sorted(tree(env["root"])) == ["var", "var/lib", "var/lib/gpustack",
+                                         "var/lib/gpustack/driver.json"]  # fmt: skip
 
 
 @pytest.mark.parametrize(
