@@ -179,12 +179,15 @@ def _diffs(res: dict[str, Any]) -> list[dict[str, Any]]:
 _DETAIL_KEYS = (
     *("dest", "path", "name", "state", "enabled", "stdout", "msg", "item", "before", "after"),
     "mig",  # the nvidia_mig module's document: its check mode says what would change
+    "files",  # gpustack_apt_source: every file the source's change writes or removes
 )
 
 
 def _details(res: dict[str, Any]) -> dict[str, Any]:
     """The parts of a changed task's result that say what changed (packages, files, services)."""
     details = {k: res[k] for k in _DETAIL_KEYS if k in res and res[k] not in (None, "")}
+    if not isinstance(details.get("files"), list):  # paths only (gpustack_reads' are contents)
+        details.pop("files", None)
     if isinstance(res.get("results"), list):  # a loop: keep the items that changed
         details["items"] = [
             {k: item[k] for k in _DETAIL_KEYS if k in item and item[k] not in (None, "")}

@@ -15,8 +15,7 @@ from gpustack.ansible.results import TaskChange
 
 _INST = re.compile(r"^Inst (\S+)(?: \[([^\]]+)\])? \((\S+)")
 _REMV = re.compile(r"^(?:Remv|Purg) (\S+)(?: \[([^\]]+)\])?")
-_FILE_ACTIONS = ("copy", "template", "file", "lineinfile", "blockinfile", "replace", "get_url",
-                 "gpustack_apt_source")  # fmt: skip
+_FILE_ACTIONS = ("copy", "template", "file", "lineinfile", "blockinfile", "replace", "get_url")
 _SERVICE_ACTIONS = ("systemd", "systemd_service", "service")
 
 
@@ -99,6 +98,11 @@ def summarize(changes: list[TaskChange]) -> HostPlan:
             for item in details.get("changes") or []:
                 diff = [d for d in change.diff if d.get("after_header") == item.get("path")]
                 plan.files.append({"path": item.get("path", "?"), "task": label, "diff": diff})
+        elif action == "gpustack_apt_source":  # source, credentials, keyring, key: one change
+            headers = [d.get("after_header") for d in change.diff if d.get("after_header")]
+            for path in details.get("files") or headers or [label]:
+                diff = [d for d in change.diff if d.get("after_header") == path]
+                plan.files.append({"path": path, "task": label, "diff": diff})
         elif action == "gpustack_restart":
             if details.get("would_restart"):  # check mode (a marker to clear is no restart)
                 _add(plan.services, f"{details.get('name', '?')}: would restart")

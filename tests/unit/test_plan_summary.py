@@ -129,3 +129,30 @@ def test_a_hold_of_many_packages_in_one_call_is_planned_per_package():
             {"item": "libcuda1", "before": "not present", "after": "hold"}]}}})  # fmt: skip
     plan = summarize(tracker.hosts["n1"].changes)
     assert plan.holds == ["nvidia-smi: install -> hold", "libcuda1: not present -> hold"]
+
+
+def test_an_apt_source_change_lists_every_file_it_writes():
+    """gpustack_apt_source writes the source, the mirror's credentials, the keyring and the key
+    in one call; plan listed the source alone (seen on a real GPU host, 2026-11-27). The
+    credentials' diff never shows their content."""
+    source = "/etc/apt/sources.list.d/gpustack-nvidia-container-toolkit.sources"
+    auth = "/etc/apt/auth.conf.d/gpustack-nvidia-container-toolkit.conf"
+    keyring = "/usr/share/keyrings/gpustack-nvidia-container-toolkit.gpg"
+    pub = "/var/lib/gpustack/nvidia-container-toolkit.pub"
+    diff = [
+        {"before_header": source, "after_header": source, "before": "", "after": "Types: deb\n"},
+        {"before_header": auth, "after_header": auth, "before": "",
+         "after": "(new credentials, not shown)\n"},
+    ]  # fmt: skip
+    tracker = RunTracker(["n1"])
+    tracker.handle({"event": "runner_on_ok", "event_data": {
+        "host": "n1", "task": "Write the repository source", "role": "apt_signed_repo",
+        "resolved_action": "gpustack.gpustack.gpustack_apt_source",
+        "res": {"changed": True, "files": sorted([source, auth, keyring, pub]), "diff": diff,
+                "pending": True, "refreshed": False}}})  # fmt: skip
+    plan = summarize(tracker.hosts["n1"].changes)
+    assert [f["path"] for f in plan.files] == sorted([source, auth, keyring, pub])
+    by_path = {f["path"]: f["diff"] for f in plan.files}
+    assert by_path[source] == [diff[0]] and by_path[auth] == [diff[1]]
+    assert by_path[keyring] == [] and by_path[pub] == []
+    assert "password" not in json.dumps(plan.to_dict())
