@@ -66,7 +66,11 @@ options:
   refresh:
     type: bool
     default: true
-    description: Prove the source with apt-get update when changed or pending.
+    description:
+      - Prove the source with apt-get update when changed or pending.
+      - In check mode a changed source is proved the same way on copies in a temporary directory
+        (source, keyring, credentials and package lists there): a repository apt cannot use
+        fails the plan with the same cause and hint, and nothing of the host's is written.
   hint_inputs:
     type: str
     default: ""
@@ -343,8 +347,40 @@ def _refresh(source_text, name, apt_options):
     try:
         with open(os.path.join(tmp, "gpustack-%s.sources" % name), "wb") as fh:
             fh.write(source_text)
+        return _update(tmp, apt_options)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def probe(files, content, keyring, auth, apt_options):
+    """Check mode: apt-get update of the changed source on copies in a temporary directory (the
+    source pointing at a copy of the keyring, the credentials in a private auth.conf.d, private
+    package lists). Returns refresh()'s (ok, errors, warnings, output); writes nothing of the
+    host's."""
+    tmp = tempfile.mkdtemp(prefix="gpustack-apt-probe-")
+    try:
+        os.chmod(tmp, 0o755)  # apt's download sandbox (_apt) must reach the lists
+        parts, lists, netrc = (os.path.join(tmp, d) for d in ("parts", "lists", "auth"))
+        for directory in (parts, os.path.join(lists, "partial"), netrc):
+            os.makedirs(directory, 0o755)
+        ring = os.path.join(tmp, "keyring.gpg")
+        write(ring, keyring, 0o644)
+        text = content.replace(files["keyring"].encode("utf-8"), ring.encode("utf-8"))
+        write(os.path.join(parts, os.path.basename(files["source"])), text, 0o644)
+        if auth is not None:
+            write(os.path.join(netrc, os.path.basename(files["auth"])), auth, 0o600)
+        private = ["Dir::State::Lists=" + lists, "Dir::Etc::netrcparts=" + netrc,
+                   "Dir::Etc::netrc=/dev/null", "Debug::NoLocking=1"]  # fmt: skip
+        return _update(parts, list(apt_options) + private)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _update(source_parts, apt_options):
+    """apt-get update of the sources in `source_parts` alone: (ok, errors, warnings, output)."""
+    try:
         args = ["apt-get", "update", "-o", "Dir::Etc::SourceList=/dev/null",
-                "-o", "Dir::Etc::SourceParts=" + tmp, "-o", "APT::Get::List-Cleanup=0",
+                "-o", "Dir::Etc::SourceParts=" + source_parts, "-o", "APT::Get::List-Cleanup=0",
                 "-o", "Dir::Cache::pkgcache=", "-o", "Dir::Cache::srcpkgcache=",
                 "-o", "DPkg::Lock::Timeout=120"]  # fmt: skip
         for option in apt_options:
@@ -354,8 +390,6 @@ def _refresh(source_text, name, apt_options):
         out = proc.communicate()[0].decode("utf-8", "replace")
     except OSError as exc:
         return False, [("", "cannot run apt-get: %s" % exc)], [], ""
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     errors, warnings = parse_apt_errors(out)
     if proc.returncode != 0 and not errors:
         errors = [("", "apt-get update exited %d" % proc.returncode)]
@@ -547,7 +581,14 @@ def present(module, files):
             rolled_back=False,
             files=[],
         )
+    ring = wanted.get(files["keyring"])
     if module.check_mode:
+        if changed and params["refresh"] and ring != "unknown":
+            keyring = ring[0] if ring else (snapshot(files["keyring"]) or (b"",))[0]
+            ok, errors, _warnings, _ = probe(files, params["content"].encode("utf-8"), keyring,
+                                             auth, params["apt_options"])  # fmt: skip
+            if not ok:
+                unusable(module, params, files, errors, "nothing was written (check mode)")
         module.exit_json(**result)
     if changed:
         # the directories this change creates are part of it: a rollback removes them again
@@ -579,26 +620,32 @@ def present(module, files):
             restored = restore(txn) if txn else []
             os.remove(files["txn"])
             remove_dirs(made)
-            uri = next((u for u, _ in errors if u), "")
-            reasons = [r for _, r in errors if r]
-            cause = classify(reasons)
-            inputs = (" (%s)" % params["hint_inputs"]) if params["hint_inputs"] else ""
-            module.fail_json(
-                msg="apt cannot use the repository %s: %s. The source was rolled back (%s). "
-                "Hint: %s"
-                % (
-                    uri or "of " + files["source"],
-                    "; ".join(r.rstrip(". ") for r in reasons[:3]) or "apt-get update failed",
-                    "%d file(s) restored" % len(restored) if restored else "nothing had changed",
-                    HINTS[cause].format(inputs=inputs),
-                ),
-                cause=cause,
-                apt_errors=["%s %s" % e for e in errors],
-                rolled_back=bool(restored),
-                files=restored,
-            )
+            done = "%d file(s) restored" % len(restored) if restored else "nothing had changed"
+            unusable(module, params, files, errors, "the source was rolled back (%s)" % done,
+                     restored)  # fmt: skip
         result["changed"] = True  # the package lists now know the source
     module.exit_json(**result)
+
+
+def unusable(module, params, files, errors, outcome, restored=()):
+    """Fail: apt cannot use the repository (apt's reasons, the cause, what became of the host)."""
+    uri = next((u for u, _ in errors if u), "")
+    reasons = [r for _, r in errors if r]
+    cause = classify(reasons)
+    inputs = (" (%s)" % params["hint_inputs"]) if params["hint_inputs"] else ""
+    module.fail_json(
+        msg="apt cannot use the repository %s: %s. %s. Hint: %s"
+        % (
+            uri or "of " + files["source"],
+            "; ".join(r.rstrip(". ") for r in reasons[:3]) or "apt-get update failed",
+            outcome[0].upper() + outcome[1:],
+            HINTS[cause].format(inputs=inputs),
+        ),
+        cause=cause,
+        apt_errors=["%s %s" % e for e in errors],
+        rolled_back=bool(restored),
+        files=list(restored),
+    )
 
 
 def main():

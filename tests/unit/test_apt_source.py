@@ -231,9 +231,35 @@ def test_check_mode_changes_nothing_and_hides_credentials_in_the_diff(env, tmp_p
     rc, res, raw = run(env, tmp_path, **params)
     assert rc == 0 and res["changed"] is True
     assert tree(env["root"]) == {}
+    assert list(env["lists"].iterdir()) == [env["lists"] / "partial"], "the host's lists untouched"
     auth_diff = next(d for d in res["diff"] if d["after_header"].endswith(".conf"))
     assert auth_diff["after"] == "(new credentials, not shown)\n"
     assert PASSWORD not in raw
+
+
+@pytest.mark.parametrize(
+    ("where", "password", "cause", "words"),
+    [
+        ("/nope", PASSWORD, "not_found", "404"),
+        ("", "wrong-one", "auth", "401"),
+        ("http://127.0.0.1:9", PASSWORD, "connect", "Could not connect"),
+    ],
+)
+def test_check_mode_proves_a_changed_source_on_copies(
+    env, tmp_path, server, where, password, cause, words
+):
+    """plan said "would change" for a mirror whose repository answered 404 (real GPU host,
+    2026-11-27); now the changed source is proved in check mode on copies in a temporary
+    directory: the same cause and hint as install's, and nothing of the host's written."""
+    uri = where if where.startswith("http") else server + where
+    rc, res, raw = run(env, tmp_path, content=source(env, uri), keyring_src=str(env["key"]),
+                       auth_machine=server, username=USER, password=password,
+                       _ansible_check_mode=True)  # fmt: skip
+    assert rc == 1 and res["cause"] == cause and words in res["msg"], res["msg"]
+    assert "Nothing was written (check mode). Hint: " in res["msg"], res["msg"]
+    assert not env["root"].exists()
+    assert list(env["lists"].iterdir()) == [env["lists"] / "partial"]
+    assert password not in raw
 
 
 def user_source(env, repo, name: str, options: str) -> Path:
