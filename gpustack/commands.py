@@ -106,6 +106,9 @@ def _finish_with_cluster(command, opts: HostOptions, result: RunResult, extra, k
     return code
 
 
+STOPPED = ("failed", "unreachable")  # a host whose plan did not run to its end
+
+
 def plan(opts: HostOptions, full: bool = False) -> int:
     from gpustack.fleet import converged_run, plan_summary
     from gpustack.terminal import fleet_view
@@ -119,7 +122,11 @@ def plan(opts: HostOptions, full: bool = False) -> int:
         result,
         {"check_mode": True, "plan": {name: p.to_dict() for name, p in plans.items()}},
         text=lambda: (
-            fleet_view.print_plan(plans, opts.verbose),
+            fleet_view.print_plan(
+                plans,
+                opts.verbose,
+                {n: h.status for n, h in result.hosts.items() if h.status in STOPPED},
+            ),
             output.print_run(result, opts.verbose),
         ),
     )

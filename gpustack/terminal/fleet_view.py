@@ -179,13 +179,24 @@ def print_status(rows: list[NodeStatus], kubernetes: bool, wide: bool = False) -
         stdout.print(f"\nNo drift on {len(rows)} node(s).")
 
 
-def print_plan(plans: dict[str, HostPlan], verbose: int = 0) -> None:
-    """Per host: packages, holds, files (diffs with -v), services, reboots; nothing changed."""
+def print_plan(
+    plans: dict[str, HostPlan], verbose: int = 0, stopped: dict[str, str] | None = None
+) -> None:
+    """Per host: packages, holds, files (diffs with -v), services, reboots; nothing changed.
+    `stopped`: hosts whose plan did not run to its end (failed, unreachable), with that status:
+    what they show is the plan up to there, never "no changes"."""
+    stopped = stopped or {}
     for host, plan in plans.items():
-        if plan.empty():
+        if host in stopped:
+            what = "the plan up to there" if not plan.empty() else "nothing planned before it"
+            stdout.print(f"[bold]{escape(host)}[/]: [red]{stopped[host]}[/] (see below); {what}")
+            if plan.empty():
+                continue
+        elif plan.empty():
             stdout.print(f"[bold]{escape(host)}[/]: no changes")
             continue
-        stdout.print(f"[bold]{escape(host)}[/]: would change")
+        else:
+            stdout.print(f"[bold]{escape(host)}[/]: would change")
         sections = (
             ("install", plan.install),
             ("upgrade/downgrade", plan.upgrade),

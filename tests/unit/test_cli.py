@@ -180,6 +180,21 @@ def test_failed_task_reports_task_and_message_and_artifacts(tmp_path, state_dir)
     assert "Artifacts of this run:" in proc.stderr
 
 
+def test_plan_of_a_failed_host_does_not_say_no_changes(tmp_path, state_dir):
+    """A host whose plan stopped at a failure printed "no changes" above the failure (seen on a
+    real GPU host, 2026-11-27): it says the plan stopped."""
+    inv = tmp_path / "local.ini"
+    inv.write_text(
+        "[gpu_nodes]\nlocal1 ansible_connection=local "
+        "ansible_python_interpreter=/nonexistent/python3\n"
+    )
+    proc = run_cli("plan", str(inv))
+    assert proc.returncode == 1
+    assert "local1: no changes" not in proc.stdout
+    assert "local1: failed (see below); nothing planned before it" in proc.stdout
+    assert "failed local1: Gather GPU host facts" in proc.stdout or "local1  failed" in proc.stdout
+
+
 def test_plan_runs_in_check_mode(tmp_path, state_dir):
     inv = tmp_path / "local.ini"
     inv.write_text(
