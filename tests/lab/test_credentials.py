@@ -265,6 +265,19 @@ def test_unusable_toolkit_mirror_leaves_the_sources_as_before(lab, case):
     before = ssh(lab["inventory"], N1, APT_SNAPSHOT).stdout
     varsfile = lab["work"] / f"vars-{case}.json"
     varsfile.write_text(json.dumps({**lab["variables"], **overrides}))
+    # plan proves the changed source on copies (apt-get update there): the same cause, no write
+    lists = "ls -la --time-style=full-iso /var/lib/apt/lists"
+    lists_before = ssh(lab["inventory"], N1, lists).stdout
+    plan = gpustack(lab, f"plan failing {case}", "plan", str(lab["inventory"]), "-e", f"@{varsfile}",
+                    "--limit", N1, "--tags", "nvidia_container_toolkit", "--output", "json",
+                    env=toolkit_env(password))  # fmt: skip
+    assert plan.returncode == 1, plan.stdout[-3000:] + plan.stderr[-2000:]
+    planned = json.loads(plan.stdout)["hosts"][N1]["failures"][-1]["message"]
+    for word in words:
+        assert word in planned, planned
+    assert "Nothing was written (check mode)" in planned, planned
+    assert ssh(lab["inventory"], N1, APT_SNAPSHOT).stdout == before
+    assert ssh(lab["inventory"], N1, lists).stdout == lists_before, "the node's lists untouched"
     proc = gpustack(lab, f"failing {case}", "install", str(lab["inventory"]), "-e", f"@{varsfile}",
                     "--limit", N1, "--tags", "nvidia_container_toolkit", "--output", "json",
                     env=toolkit_env(password))  # fmt: skip
