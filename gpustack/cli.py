@@ -320,12 +320,16 @@ def uninstall(
         typer.Option("--components", help="Comma-separated: driver, toolkit, runtime, k8s."),
     ] = "driver",
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    check: Annotated[
+        bool,
+        typer.Option("--check", help="Change nothing; show what would be removed or restored."),
+    ] = False,
     kubeconfig: Kubeconfig = None,
     wait: Wait = False,
     **common,
 ) -> None:
     """Remove what gpustack installed, in reverse lifecycle order."""
-    _exit(commands.uninstall(_opts(**locals()), components, yes))
+    _exit(commands.uninstall(_opts(**locals()), components, yes, check))
 
 
 @app.command()

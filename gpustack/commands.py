@@ -110,23 +110,28 @@ STOPPED = ("failed", "unreachable")  # a host whose plan did not run to its end
 
 
 def plan(opts: HostOptions, full: bool = False) -> int:
-    from gpustack.fleet import converged_run, plan_summary
-    from gpustack.terminal import fleet_view
+    from gpustack.fleet import converged_run
 
     title = "gpustack plan (check mode)"
     result = converged_run.run_site(opts, validate(opts), title, check=True, diff=True, full=full)
+    return _finish_plan("plan", opts, result, {})
+
+
+def _finish_plan(command: str, opts: HostOptions, result: RunResult, extra: dict) -> int:
+    """A check-mode run: per host what would change (plan's summary), then the run's table."""
+    from gpustack.fleet import plan_summary
+    from gpustack.terminal import fleet_view
+
     plans = {name: plan_summary.summarize(host.changes) for name, host in result.hosts.items()}
+    extra = {**extra, "check_mode": True, "plan": {n: p.to_dict() for n, p in plans.items()}}
+    stopped = {n: h.status for n, h in result.hosts.items() if h.status in STOPPED}
     return _finish(
-        "plan",
+        command,
         opts,
         result,
-        {"check_mode": True, "plan": {name: p.to_dict() for name, p in plans.items()}},
+        extra,
         text=lambda: (
-            fleet_view.print_plan(
-                plans,
-                opts.verbose,
-                {n: h.status for n, h in result.hosts.items() if h.status in STOPPED},
-            ),
+            fleet_view.print_plan(plans, opts.verbose, stopped),
             output.print_run(result, opts.verbose),
         ),
     )
@@ -260,7 +265,7 @@ def smoke(opts: HostOptions, image: str | None = None, capture: str | None = Non
 UNINSTALL_COMPONENTS = ("driver", "toolkit", "runtime", "k8s")
 
 
-def uninstall(opts: HostOptions, components: str, yes: bool) -> int:
+def uninstall(opts: HostOptions, components: str, yes: bool, check: bool = False) -> int:
     chosen = [c.strip() for c in components.split(",") if c.strip()]
     unknown = [c for c in chosen if c not in UNINSTALL_COMPONENTS]
     if unknown or not chosen:
@@ -268,8 +273,19 @@ def uninstall(opts: HostOptions, components: str, yes: bool) -> int:
             f"unknown component(s) {', '.join(unknown) or components!r}",
             "choose from driver, toolkit, runtime, k8s (comma-separated)",
         )
+    if check and "k8s" in chosen:
+        raise BadInput(
+            "uninstall --check covers the hosts' components (driver, toolkit, runtime), not k8s",
+            "leave k8s out of --components; `gpustack status --kubeconfig FILE` lists what "
+            "gpustack applied in the cluster",
+        )
     validated = validate(opts)
     inventory = validated[0]
+    if check:  # no question, no lock: nothing changes
+        opts.extra_vars = [*opts.extra_vars, json.dumps({"gpustack_uninstall_components": chosen})]
+        title = "gpustack uninstall (check mode)"
+        result, *_ = _run(opts, "uninstall.yml", title, check=True, diff=True, validated=validated)
+        return _finish_plan("uninstall", opts, result, {"components": chosen})
     session = None
     if "k8s" in chosen:  # needs the cluster; reach it before asking or touching anything
         from gpustack.k8s.cluster import flow

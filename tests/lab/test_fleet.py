@@ -145,11 +145,38 @@ def test_plan_lists_the_change_and_makes_none(lab):
     assert {n: installed_versions(inventory, n) for n in NODES} == before
 
 
+def _names(selections: str) -> set[str]:
+    """Installed packages in `dpkg --get-selections` output (architecture suffix dropped)."""
+    rows = [line.split() for line in selections.splitlines()]
+    return {row[0].split(":")[0] for row in rows if len(row) == 2 and row[1] in ("install", "hold")}
+
+
 def test_uninstall_leaves_the_nodes_as_they_were(lab):
     inventory, _ = lab
+    installed = {node: snapshot(inventory, node) for node in NODES}
+    # --check first: changes nothing, and names the packages the real uninstall then removes
+    checked = timed("uninstall --check", "uninstall", str(inventory), "--components",
+                    "driver,toolkit,runtime", "--check", "--output", "json")  # fmt: skip
+    assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-2000:]
+    doc = json.loads(checked.stdout)
+    assert doc["check_mode"] is True and doc["command"] == "uninstall"
+    assert {node: snapshot(inventory, node) for node in NODES} == installed, (
+        "--check changed a node"
+    )
+    planned = {n: {item.split()[0] for item in doc["plan"][n]["remove"]} for n in NODES}
+    for node in NODES:
+        assert "nvidia-container-toolkit" in planned[node] and "nvidia-smi" in planned[node]
+        assert "containerd: would restart" in doc["plan"][node]["services"], doc["plan"][node]
+        files = [f["path"] for f in doc["plan"][node]["files"]]
+        assert "/etc/apt/sources.list.d/gpustack-nvidia-container-toolkit.sources" in files, files
     proc = timed("uninstall", "uninstall", str(inventory), "--components",
                  "driver,toolkit,runtime", "--yes")  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    for node in NODES:
+        removed = _names(installed[node]["selections"]) - _names(
+            snapshot(inventory, node)["selections"]
+        )
+        assert removed == planned[node], (node, removed ^ planned[node])
     for node in NODES:
         after = snapshot(inventory, node)
         assert after["selections"] == BEFORE[node]["selections"], node

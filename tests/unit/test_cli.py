@@ -195,6 +195,30 @@ def test_plan_of_a_failed_host_does_not_say_no_changes(tmp_path, state_dir):
     assert "failed local1: Gather GPU host facts" in proc.stdout or "local1  failed" in proc.stdout
 
 
+def test_uninstall_check_runs_in_check_mode_without_asking(tmp_path, state_dir):
+    """uninstall --check on this machine (local connection): no question, no change, the plan
+    in the JSON document; --check with k8s is refused before anything runs."""
+    proc = run_cli("uninstall", "--local", "--check", "--components", "k8s")
+    assert proc.returncode == 2 and "Error: uninstall --check covers the hosts' components" in (
+        proc.stdout + proc.stderr
+    )
+    assert runs_started(state_dir) == []
+    inv = tmp_path / "local.ini"
+    inv.write_text(
+        "[gpu_nodes]\nlocal1 ansible_connection=local ansible_python_interpreter=/usr/bin/python3\n"
+    )
+    proc = run_cli("uninstall", str(inv), "--check", "--components", "driver,toolkit,runtime",
+                   "--output", "json")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
+    doc = json.loads(proc.stdout)
+    assert doc["command"] == "uninstall" and doc["check_mode"] is True
+    assert set(doc["plan"]["local1"]) >= {"remove", "files", "services"}
+    (run,) = runs_started(state_dir)
+    command = json.loads(next(run.glob("artifacts/*/command")).read_text())["command"]
+    assert "--check" in command and "--diff" in command
+    assert "-uninstall-" in run.name, run.name  # the run of playbooks/uninstall.yml
+
+
 def test_plan_runs_in_check_mode(tmp_path, state_dir):
     inv = tmp_path / "local.ini"
     inv.write_text(
