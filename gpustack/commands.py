@@ -279,13 +279,12 @@ def uninstall(opts: HostOptions, components: str, yes: bool, check: bool = False
             "leave k8s out of --components; `gpustack status --kubeconfig FILE` lists what "
             "gpustack applied in the cluster",
         )
-    validated = validate(opts)
-    inventory = validated[0]
     if check:  # no question, no lock: nothing changes
         opts.extra_vars = [*opts.extra_vars, json.dumps({"gpustack_uninstall_components": chosen})]
-        title = "gpustack uninstall (check mode)"
-        result, *_ = _run(opts, "uninstall.yml", title, check=True, diff=True, validated=validated)
+        result, *_ = _run(opts, "uninstall.yml", "gpustack uninstall (check mode)", True, True)
         return _finish_plan("uninstall", opts, result, {"components": chosen})
+    validated = validate(opts)
+    inventory = validated[0]
     session = None
     if "k8s" in chosen:  # needs the cluster; reach it before asking or touching anything
         from gpustack.k8s.cluster import flow

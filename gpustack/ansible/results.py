@@ -180,6 +180,7 @@ _DETAIL_KEYS = (
     *("dest", "path", "name", "state", "enabled", "stdout", "msg", "item", "before", "after"),
     "mig",  # the nvidia_mig module's document: its check mode says what would change
     "files",  # gpustack_apt_source: every file the source's change writes or removes
+    "would_restart",  # gpustack_restart in check mode (uninstall's restarts)
 )
 
 

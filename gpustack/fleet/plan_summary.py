@@ -90,6 +90,11 @@ def summarize(changes: list[TaskChange]) -> HostPlan:
             for item in details.get("items") or [details]:
                 name = item.get("item") or item.get("name") or "?"
                 _add(plan.holds, f"{name}: {item.get('before', '?')} -> {item.get('after', '?')}")
+        elif action in _FILE_ACTIONS and details.get("items"):  # a loop: one entry per file
+            for item in details["items"]:
+                path = item.get("dest") or item.get("path") or label
+                diff = [d for d in change.diff if d.get("after_header") == path]
+                plan.files.append({"path": path, "task": label, "diff": diff})
         elif action in _FILE_ACTIONS:
             headers = [d.get("after_header") for d in change.diff if d.get("after_header")]
             path = details.get("dest") or details.get("path") or (headers or [label])[0]

@@ -217,6 +217,8 @@ def test_uninstall_check_runs_in_check_mode_without_asking(tmp_path, state_dir):
     command = json.loads(next(run.glob("artifacts/*/command")).read_text())["command"]
     assert "--check" in command and "--diff" in command
     assert "-uninstall-" in run.name, run.name  # the run of playbooks/uninstall.yml
+    extravars = json.loads((run / "env/extravars").read_text())
+    assert extravars["gpustack_uninstall_components"] == ["driver", "toolkit", "runtime"]
 
 
 def test_plan_runs_in_check_mode(tmp_path, state_dir):

@@ -156,3 +156,23 @@ def test_an_apt_source_change_lists_every_file_it_writes():
     assert by_path[source] == [diff[0]] and by_path[auth] == [diff[1]]
     assert by_path[keyring] == [] and by_path[pub] == []
     assert "password" not in json.dumps(plan.to_dict())
+
+
+def test_uninstall_s_loops_and_restarts_are_planned_per_file_and_service():
+    """uninstall --check: a file task looping over paths lists each path (it listed the task's
+    name), and gpustack_restart's check-mode answer is a planned restart (its would_restart was
+    dropped from the details, so none was listed)."""
+    tracker = RunTracker(["n1"])
+    tracker.handle({"event": "runner_on_ok", "event_data": {
+        "host": "n1", "task": "Forget the record", "role": "container_runtime",
+        "resolved_action": "ansible.builtin.file",
+        "res": {"changed": True, "results": [
+            {"item": "/var/lib/gpustack/a.json", "path": "/var/lib/gpustack/a.json", "changed": True},
+            {"item": "/var/lib/gpustack/b", "path": "/var/lib/gpustack/b", "changed": False}]}}})  # fmt: skip
+    tracker.handle({"event": "runner_on_ok", "event_data": {
+        "host": "n1", "task": "Restart containerd", "role": "container_runtime",
+        "resolved_action": "gpustack.gpustack.gpustack_restart",
+        "res": {"changed": True, "name": "containerd", "would_restart": True, "removed": []}}})  # fmt: skip
+    plan = summarize(tracker.hosts["n1"].changes)
+    assert [f["path"] for f in plan.files] == ["/var/lib/gpustack/a.json"]
+    assert plan.services == ["containerd: would restart"]
