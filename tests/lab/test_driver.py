@@ -7,6 +7,7 @@ build machine's kernel) and nvidia-smi cannot reach a driver: the role must say 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 
@@ -253,15 +254,61 @@ def test_cuda_repo_is_tried_and_fails_cleanly_at_the_network_boundary(lab):
     )
 
 
+def user_package(name: str, depends: str = "") -> str:
+    """Shell that builds and installs (dpkg -i: marked manual) a package of a user's own, a TEST
+    FIXTURE: installed by hand after gpustack's driver install."""
+    control = (f"Package: {name}\nVersion: 1.0\nArchitecture: all\nMaintainer: t@invalid\n"
+               + (f"Depends: {depends}\n" if depends else "")
+               + "Description: TEST FIXTURE, a user's own package\n")  # fmt: skip
+    encoded = base64.b64encode(control.encode()).decode()
+    return (f"mkdir -p /tmp/{name}/DEBIAN && echo {encoded} | base64 -d > /tmp/{name}/DEBIAN/control"
+            f" && dpkg-deb -b /tmp/{name} /tmp/{name}.deb >/dev/null && dpkg -i /tmp/{name}.deb >/dev/null")  # fmt: skip
+
+
+def test_uninstall_leaves_what_the_user_installed_since(lab):
+    """Packages installed by hand after gpustack's driver install are in "now - before" too: one
+    that depends on the driver stops the driver's removal before any package goes (apt would
+    have purged it with the driver); one that does not is kept, and said so. uninstall --check
+    shows the same."""
+    first = nodes()[0]
+    cmd = (
+        user_package("gpustack-user-app", "nvidia-smi")
+        + " && "
+        + user_package("gpustack-user-tool")
+    )
+    assert ssh(lab, first, cmd).returncode == 0
+    proc = run_cli("uninstall", str(lab), "--components", "driver", "--limit", first, "--yes",
+                   "--output", "json")  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    message = json.loads(proc.stdout)["hosts"][first]["failures"][-1]["message"]
+    assert "would also remove gpustack-user-app," in message, message
+    assert "The driver packages were left installed. Hint: " in message
+    assert ssh(lab, first, "dpkg -s nvidia-smi gpustack-user-app >/dev/null").returncode == 0
+    assert ssh(lab, first, "dpkg -P gpustack-user-app").returncode == 0
+    check = run_cli("uninstall", str(lab), "--components", "driver", "--limit", first, "--check",
+                    "--output", "json")  # fmt: skip
+    assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-2000:]
+    doc = json.loads(check.stdout)
+    removed = {item.split()[0] for item in doc["plan"][first]["remove"]}
+    assert "nvidia-smi" in removed and "gpustack-user-tool" not in removed, removed
+    assert "kept gpustack-user-tool: installed by hand" in " ".join(
+        doc["hosts"][first]["facts"]["gpustack_notes"]
+    )
+
+
 def test_uninstall_restores_the_package_set(lab):
     # node2's driver "stays loaded" after its packages go, as a real module does until a reboot:
     # the uninstall records it, and the next install must not take it for a preinstalled driver.
     loaded = nodes()[1]
     text = REAL_NVRM.read_text()
     assert ssh(lab, loaded, f"{FAKE_LOADED} <<'EOF'\n{text}EOF").returncode == 0
+    # node2 as an older gpustack left it: the pin and no record of the packages before; only the
+    # packages built from the driver's sources go (the pattern once matched nothing at all)
+    assert ssh(lab, loaded, "rm /var/lib/gpustack/nvidia_driver.packages-before").returncode == 0
     try:
         proc = run_cli("uninstall", str(lab), "--components", "driver", "--yes")
         assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert f"{nodes()[0]}: kept gpustack-user-tool: installed by hand" in proc.stdout
         marker = "/var/lib/gpustack/nvidia_driver.removed-loaded"
         assert ssh(lab, loaded, f"cat {marker}").stdout == "580.159.04\n"
         assert ssh(lab, nodes()[0], f"test -e {marker}").returncode == 1  # nothing was loaded
@@ -277,8 +324,15 @@ def test_uninstall_restores_the_package_set(lab):
             "dpkg-query -W -f='${Package} ${db:Status-Abbrev}\\n' | awk '$2 ~ /^[ih]i/ {print $1}' | sort",
         ).stdout
         if host == nodes()[0]:
-            assert after == RECORDED["packages_before"]
-        assert "nvidia" not in after
+            wanted = set(RECORDED["packages_before"].split()) | {"gpustack-user-tool"}
+            assert set(after.split()) == wanted, set(after.split()) ^ wanted
+            assert "nvidia" not in after, (host, after)
+        else:  # the fallback: the packages built from the driver's sources go (not their deps)
+            sources = ssh(lab, host, "dpkg-query -W -f='${source:Package} ${db:Status-Abbrev}\\n'")
+            driver_sources = {"nvidia-graphics-drivers", "nvidia-persistenced", "nvidia-modprobe"}
+            left = {line.split()[0] for line in sources.stdout.splitlines()
+                    if line.split()[-1].endswith("i") and line.split()[0] in driver_sources}  # fmt: skip
+            assert not left and "nvidia-smi" not in after, left
         assert ssh(lab, host, "apt-mark showhold").stdout.strip() == ""
         assert (
             ssh(
@@ -286,6 +340,10 @@ def test_uninstall_restores_the_package_set(lab):
             ).stdout.split()
             == ["Components:", "main"] * 2
         )
+        listed = ssh(lab, host, "ls /etc/apt/preferences.d /etc/modprobe.d").stdout
+        assert "gpustack" not in listed, listed
+        if host != nodes()[0]:  # the fallback leaves the driver's dependencies (dkms's file)
+            continue
         assert ssh(lab, host, "ls /etc/apt/preferences.d /etc/modprobe.d").stdout.strip() in (
             "",
             "/etc/apt/preferences.d:\n\n/etc/modprobe.d:",
