@@ -69,7 +69,7 @@ options:
     description:
       - Prove the source with apt-get update when changed or pending.
       - In check mode a changed source is proved the same way on copies in a temporary directory
-        (source, keyring, credentials and package lists there): a repository apt cannot use
+        (source, keyring, credentials and package lists there); a repository apt cannot use
         fails the plan with the same cause and hint, and nothing of the host's is written.
   hint_inputs:
     type: str
