@@ -46,7 +46,11 @@ def test_uninstall_runs_in_reverse_lifecycle_order():
 
 def test_each_component_releases_its_holds_before_removing_packages():
     for role in ("nvidia_container_toolkit", "nvidia_driver"):
-        tasks = yaml.safe_load((ROOT / f"roles/{role}/tasks/uninstall.yml").read_text())
+        tasks = [  # a block's tasks in their place (the toolkit's removal is one block)
+            task
+            for top in yaml.safe_load((ROOT / f"roles/{role}/tasks/uninstall.yml").read_text())
+            for task in top.get("block", [top])
+        ]
         names = [t["name"] for t in tasks]
         release = next(i for i, t in enumerate(tasks) if "ansible.builtin.dpkg_selections" in t)
         remove = next(i for i, t in enumerate(tasks) if "ansible.builtin.apt" in t)
