@@ -62,6 +62,13 @@ def _add(target: list, value: str) -> None:
         target.append(value)
 
 
+def _add_files(plan: HostPlan, paths: list[str], task: str, diff: list[dict]) -> None:
+    """One entry per file a task changes, each with its own part of the task's diff."""
+    for path in paths:
+        own = [d for d in diff if d.get("after_header") == path]
+        plan.files.append({"path": path, "task": task, "diff": own})
+
+
 def summarize(changes: list[TaskChange]) -> HostPlan:
     plan = HostPlan()
     for change in changes:
@@ -91,23 +98,18 @@ def summarize(changes: list[TaskChange]) -> HostPlan:
                 name = item.get("item") or item.get("name") or "?"
                 _add(plan.holds, f"{name}: {item.get('before', '?')} -> {item.get('after', '?')}")
         elif action in _FILE_ACTIONS and details.get("items"):  # a loop: one entry per file
-            for item in details["items"]:
-                path = item.get("dest") or item.get("path") or label
-                diff = [d for d in change.diff if d.get("after_header") == path]
-                plan.files.append({"path": path, "task": label, "diff": diff})
+            paths = [item.get("dest") or item.get("path") or label for item in details["items"]]
+            _add_files(plan, paths, label, change.diff)
         elif action in _FILE_ACTIONS:
             headers = [d.get("after_header") for d in change.diff if d.get("after_header")]
             path = details.get("dest") or details.get("path") or (headers or [label])[0]
             plan.files.append({"path": path, "task": label, "diff": change.diff})
         elif action == "gpustack_state_files":  # gpustack's own records, backups and markers
-            for item in details.get("changes") or []:
-                diff = [d for d in change.diff if d.get("after_header") == item.get("path")]
-                plan.files.append({"path": item.get("path", "?"), "task": label, "diff": diff})
+            paths = [item.get("path", "?") for item in details.get("changes") or []]
+            _add_files(plan, paths, label, change.diff)
         elif action == "gpustack_apt_source":  # source, credentials, keyring, key: one change
             headers = [d.get("after_header") for d in change.diff if d.get("after_header")]
-            for path in details.get("files") or headers or [label]:
-                diff = [d for d in change.diff if d.get("after_header") == path]
-                plan.files.append({"path": path, "task": label, "diff": diff})
+            _add_files(plan, details.get("files") or headers or [label], label, change.diff)
         elif action == "gpustack_restart":
             if details.get("would_restart"):  # check mode (a marker to clear is no restart)
                 _add(plan.services, f"{details.get('name', '?')}: would restart")
