@@ -2,7 +2,8 @@
 
 Pure: input is a HostResult's `changes` (task, action, diff, details from the task result).
 Roles announce what check mode cannot do by itself with a `debug` task whose `msg` is a mapping
-with the key `gpustack_plan` (`restart` + `service`, or `reboot` + `reason`).
+with the key `gpustack_plan` (`restart` + `service`, `reboot` + `reason`, or `packages` +
+`simulation`: an `apt-get --simulate` run's output, and `what` when that is empty).
 """
 
 from __future__ import annotations
@@ -62,6 +63,15 @@ def _add(target: list, value: str) -> None:
         target.append(value)
 
 
+def _add_simulation(plan: HostPlan, text: str) -> bool:
+    """The packages an `apt-get --simulate` output installs, upgrades and removes; False: none."""
+    install, upgrade, remove = parse_apt_simulation(text)
+    for target, values in ((plan.install, install), (plan.upgrade, upgrade), (plan.remove, remove)):
+        for value in values:
+            _add(target, value)
+    return bool(install or upgrade or remove)
+
+
 def _add_files(plan: HostPlan, paths: list[str], task: str, diff: list[dict]) -> None:
     """One entry per file a task changes, each with its own part of the task's diff."""
     for path in paths:
@@ -80,18 +90,13 @@ def summarize(changes: list[TaskChange]) -> HostPlan:
                 _add(plan.services, f"{msg.get('service')}: would {msg.get('verb') or 'restart'}")
             elif msg["gpustack_plan"] == "reboot":
                 _add(plan.reboots, str(msg.get("reason") or label))
-            else:
+            elif msg["gpustack_plan"] != "packages" or not _add_simulation(
+                plan, msg.get("simulation") or ""
+            ):  # named packages, or a simulation that found none: said in words
                 _add(plan.other, str(msg.get("what") or label))
             continue
         if action in ("apt", "dnf", "yum", "package"):
-            install, upgrade, remove = parse_apt_simulation(details.get("stdout", ""))
-            for value in install:
-                _add(plan.install, value)
-            for value in upgrade:
-                _add(plan.upgrade, value)
-            for value in remove:
-                _add(plan.remove, value)
-            if not (install or upgrade or remove):
+            if not _add_simulation(plan, details.get("stdout", "")):
                 _add(plan.other, label)  # e.g. a package list refresh, or dnf
         elif action in ("dpkg_selections", "gpustack_dpkg_selections"):  # one package, or many
             for item in details.get("items") or [details]:

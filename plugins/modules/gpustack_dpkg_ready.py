@@ -16,11 +16,21 @@ description:
     for the caller's message. An C(lslocks) that cannot run counts as no holder.
   - With O(audit), when no lock is held, reads what an interrupted dpkg run leaves (the first
     entries of C(/var/lib/dpkg/updates), then C(dpkg --audit)) into C(audit); empty means dpkg
-    is usable.
+    is usable. It also says in C(python_apt) whether Ansible's apt module will find python3-apt
+    (in this interpreter, or in one of O(interpreters), which that module respawns under);
+    without it, that module installs python3-apt by itself, unannounced.
   - Reads only; runs the same in check mode.
 options:
   timeout: {type: int, default: 300, description: Seconds to wait for the locks.}
-  audit: {type: bool, default: false, description: Also look for an interrupted dpkg run.}
+  audit:
+    type: bool
+    default: false
+    description: Also look for an interrupted dpkg run, and for python3-apt.
+  interpreters:
+    type: list
+    elements: str
+    default: [/usr/bin/python3, /usr/bin/python]
+    description: The system interpreters Ansible's apt module respawns under (its own list).
 author: gpustack
 """
 
@@ -28,15 +38,21 @@ RETURN = r"""
 holders: {description: "'pid N (command line)' of each holder left at the timeout.", type: list}
 waited_s: {description: Seconds waited for the locks., type: float}
 audit: {description: "What an interrupted run left (empty: nothing), with audit.", type: str}
+python_apt:
+  description: "Whether Ansible's apt module finds python3-apt (with audit; else true)."
+  type: bool
 """
 
+import importlib.util
 import os
 import re
+import sys
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import process
 
+INTERPRETERS = ("/usr/bin/python3", "/usr/bin/python")  # the apt module's own list
 LOCKS = re.compile(r"/var/lib/dpkg/lock|/var/lib/apt/lists/lock|/var/cache/apt/archives/lock")
 
 
@@ -64,11 +80,26 @@ def audit(module):
     return "\n".join(lines)
 
 
+def python_apt(module):
+    """Whether Ansible's apt module finds python3-apt: in this interpreter (its own import), or
+    in a system interpreter it would respawn under (ansible.builtin.apt, `respawn_module`)."""
+    if all(importlib.util.find_spec(name) is not None for name in ("apt", "apt_pkg")):
+        return True
+    own = os.path.realpath(sys.executable)
+    for path in module.params["interpreters"]:
+        if os.path.exists(path) and os.path.realpath(path) != own:
+            rc, _out, _err = module.run_command([path, "-c", "import apt, apt_pkg"])
+            if rc == 0:
+                return True
+    return False
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             timeout=dict(type="int", default=300),
             audit=dict(type="bool", default=False),
+            interpreters=dict(type="list", elements="str", default=list(INTERPRETERS)),
         ),
         supports_check_mode=True,
     )
@@ -83,9 +114,11 @@ def main():
         holders=[process(pid) for pid in pids],
         waited_s=round(time.monotonic() - started, 1),
         audit="",
+        python_apt=True,
     )
     if module.params["audit"] and not pids:
         result["audit"] = audit(module)
+        result["python_apt"] = python_apt(module)
     module.exit_json(**result)
 
 

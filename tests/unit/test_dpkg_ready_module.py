@@ -9,6 +9,7 @@ campaign recovers interrupted dpkg runs through it).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 from tests.conftest import ROOT
@@ -69,3 +70,29 @@ def test_an_lslocks_that_fails_counts_as_no_holder(tmp_path):
     (tmp_path / "lslocks.broken").write_text("")
     result = run(tmp_path, held=100, timeout=30)
     assert result["holders"] == [] and calls(tmp_path) == 1
+
+
+# TEST DOUBLES of the system interpreters Ansible's apt module respawns under: one that imports
+# python3-apt (exit 0), one that does not (exit 1). The interpreter running these tests (the
+# project's virtual environment) does not see python3-apt itself: asserted, not assumed.
+def interpreter(tmp_path, name, rc) -> str:
+    path = tmp_path / name
+    path.write_text(f'#!/bin/sh\n# TEST DOUBLE: a Python that {"imports" if rc == 0 else "lacks"} apt_pkg.\n'
+                    f'echo "$@" >> "{tmp_path}/{name}.calls"\nexit {rc}\n')  # fmt: skip
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_python_apt_is_found_in_a_system_interpreter_the_apt_module_would_use(tmp_path):
+    assert importlib.util.find_spec("apt_pkg") is None, "the venv must not see python3-apt"
+    without, with_apt = interpreter(tmp_path, "py-without", 1), interpreter(tmp_path, "py-with", 0)
+    assert run(tmp_path, audit=True, interpreters=[without, with_apt])["python_apt"] is True
+    assert (tmp_path / "py-with.calls").read_text().strip() == "-c import apt, apt_pkg"
+    result = run(tmp_path, audit=True, interpreters=[without, str(tmp_path / "absent")])
+    assert result["python_apt"] is False and result["audit"] == ""
+
+
+def test_python_apt_is_only_looked_for_with_the_audit(tmp_path):
+    without = interpreter(tmp_path, "py-without", 1)
+    assert run(tmp_path, interpreters=[without])["python_apt"] is True  # not asked: no claim
+    assert not (tmp_path / "py-without.calls").exists()

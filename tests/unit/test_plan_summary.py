@@ -35,6 +35,35 @@ def test_apt_simulation_is_split_into_install_upgrade_remove():
     assert remove == ["nvidia-legacy-check 535.261.03-1"]
 
 
+# What `apt-get --simulate --no-install-recommends install python3-apt` printed on a fresh Debian 12
+# lab node (2026-11-27): roles/dpkg_ready/tasks/python_apt.yml hands it to plan.
+PYTHON_APT = """Reading package lists...
+Building dependency tree...
+Reading state information...
+Suggested packages:
+  python-apt-doc
+Recommended packages:
+  lsb-release iso-codes
+The following NEW packages will be installed:
+  python3-apt
+0 upgraded, 1 newly installed, 0 to remove and 16 not upgraded.
+Inst python3-apt (2.6.0 Debian:12.15/oldstable [amd64])
+Conf python3-apt (2.6.0 Debian:12.15/oldstable [amd64])
+"""
+
+
+def test_a_role_announces_packages_check_mode_cannot_see_through_the_apt_module():
+    def announced(simulation):
+        msg = {"gpustack_plan": "packages", "simulation": simulation, "what": "python3-apt"}
+        return TaskChange("Plan - python3-apt", "dpkg_ready", [], "debug", {"msg": msg})
+
+    plan = summarize([announced(PYTHON_APT)])
+    assert plan.install == ["python3-apt 2.6.0"]  # recommends not taken
+    assert plan.other == []
+    plan = summarize([announced("")])  # lists that do not know python3-apt yet: named, not lost
+    assert plan.install == [] and plan.other == ["python3-apt"]
+
+
 def test_summary_sorts_changes_by_kind():
     diff = {"before": "a\n", "after": "b\n", "before_header": "/etc/x", "after_header": "/etc/x"}
     changes = [
