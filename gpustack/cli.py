@@ -317,7 +317,10 @@ def uninstall(
     local: Local = False,
     components: Annotated[
         str,
-        typer.Option("--components", help="Comma-separated: driver, toolkit, runtime, k8s."),
+        typer.Option(
+            "--components",
+            help="Comma-separated: driver, toolkit, runtime, mig, k8s (driver includes mig).",
+        ),
     ] = "driver",
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     check: Annotated[

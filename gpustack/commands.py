@@ -262,7 +262,7 @@ def smoke(opts: HostOptions, image: str | None = None, capture: str | None = Non
     )
 
 
-UNINSTALL_COMPONENTS = ("driver", "toolkit", "runtime", "k8s")
+UNINSTALL_COMPONENTS = ("driver", "toolkit", "runtime", "mig", "k8s")
 
 
 def uninstall(opts: HostOptions, components: str, yes: bool, check: bool = False) -> int:
@@ -271,11 +271,12 @@ def uninstall(opts: HostOptions, components: str, yes: bool, check: bool = False
     if unknown or not chosen:
         raise BadInput(
             f"unknown component(s) {', '.join(unknown) or components!r}",
-            "choose from driver, toolkit, runtime, k8s (comma-separated)",
+            "choose from driver, toolkit, runtime, mig, k8s (comma-separated)",
         )
     if check and "k8s" in chosen:
         raise BadInput(
-            "uninstall --check covers the hosts' components (driver, toolkit, runtime), not k8s",
+            "uninstall --check covers the hosts' components (driver, toolkit, runtime, mig), "
+            "not k8s",
             "leave k8s out of --components; `gpustack status --kubeconfig FILE` lists what "
             "gpustack applied in the cluster",
         )

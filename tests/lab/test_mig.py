@@ -235,3 +235,26 @@ def podman_state() -> str:
     proc = subprocess.run(["podman", "inspect", "-f", "{{.State.Status}}", CONTAINER],
                           capture_output=True, text=True)  # fmt: skip
     return proc.stdout.strip()
+
+
+PATHS = "/etc/systemd/system/gpustack-mig.service /etc/gpustack /usr/local/lib/gpustack /var/lib/gpustack/mig"
+
+
+def test_uninstall_removes_the_unit_and_files_and_the_gpus_keep_their_layout(lab):
+    """Last: `uninstall --components mig` (check mode first) after the layout of the test above."""
+    present = f"for p in {PATHS}; do test -e $p && echo $p; done; true"
+    before, layout = ssh(lab, NODE, present).stdout.split(), listing()
+    assert len(before) == 4 and layout.count("MIG 1g.10gb") == 14, before
+    check = run_cli("uninstall", str(lab), "--components", "mig", "--check", timeout=600)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "/etc/systemd/system/gpustack-mig.service" in check.stdout
+    assert ssh(lab, NODE, present).stdout.split() == before
+    proc = run_cli("uninstall", str(lab), "--components", "mig", "--yes", timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "the GPUs keep their MIG mode and instances" in proc.stdout
+    assert ssh(lab, NODE, present).stdout.split() == []
+    unit = ssh(lab, NODE, "systemctl show -p LoadState --value gpustack-mig.service").stdout
+    assert unit.strip() == "not-found"
+    assert listing() == layout  # the fixture's GPUs: mode and instances as they were
+    again = run_cli("uninstall", str(lab), "--components", "mig", "--yes", timeout=600)
+    assert again.returncode == 0 and "0 changes" in again.stdout, again.stdout

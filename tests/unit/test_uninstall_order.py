@@ -18,13 +18,12 @@ def test_uninstall_runs_in_reverse_lifecycle_order():
     assert roles == [
         ("gpu_preflight", None),
         ("dpkg_ready", None),  # an interrupted dpkg is finished before any package is removed
+        ("nvidia_mig", "uninstall.yml"),
         ("container_runtime", "uninstall.yml"),
         ("nvidia_container_toolkit", "uninstall.yml"),
         ("nvidia_driver", "uninstall.yml"),
     ]
     (site,) = yaml.safe_load((ROOT / "playbooks/site.yml").read_text())
-    # nvidia_mig (last in site.yml) has no uninstall yet: it leaves the MIG mode as it is and
-    # its unit, settings and state file stay (docs/mig.md "Not done yet").
     assert [r["role"] for r in site["roles"]] == ["gpu_preflight"]
     imports = [
         t["ansible.builtin.import_role"]
@@ -41,7 +40,10 @@ def test_uninstall_runs_in_reverse_lifecycle_order():
     assert "gpustack.gpustack.gpustack_converged" in stamps
     assert mig["ansible.builtin.include_role"]["name"] == "nvidia_mig"
     assert "nvidia_mig_config" in mig["when"]
-    assert [r for r, _ in roles][2:] == list(reversed(install_order))
+    assert [r for r, _ in roles][2:] == ["nvidia_mig", *reversed(install_order)]
+    # The MIG boot unit runs nvidia-smi at every boot: it goes with the driver too.
+    (remove_mig,) = [t for t in play["tasks"] if t["name"].startswith("Remove gpustack's MIG")]
+    assert remove_mig["when"] == "'mig' in __components or 'driver' in __components"
 
 
 def test_each_component_releases_its_holds_before_removing_packages():
