@@ -89,3 +89,16 @@ def test_a_host_with_its_sources_set_plans_package_steps_by_name(lab):
     assert "not simulated: no python3-apt yet" in proc.stdout and "nvidia-smi=" in proc.stdout
     assert section(proc.stdout, "install") == ["python3-apt 2.6.0"], proc.stdout
     assert not python_apt(inventory)
+
+
+def test_uninstall_removes_the_packages_without_installing_python3_apt(lab):
+    """Last, python3-apt purged by the test above: apt-get removes the toolkit and the driver."""
+    inventory, _ = lab
+    proc = run_cli("uninstall", str(inventory), "--components", "toolkit,driver", "--yes",
+                   timeout=1800)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    left = ssh(inventory, NODE, "dpkg-query -W -f='${Package} ${db:Status-Abbrev}\\n' | grep -E "
+               "'^(nvidia|libnvidia|libcuda)[^ ]* [ih]i' || true")  # fmt: skip
+    assert left.stdout == "", left.stdout
+    assert not python_apt(inventory)
+    assert len(ssh(inventory, NODE, INSTALLS).stdout.splitlines()) == 1  # gpustack's install only

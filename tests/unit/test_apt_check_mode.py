@@ -2,8 +2,9 @@
 python3-apt, which that module's check mode needs (docs/fleet.md, "python3-apt").
 
 Install paths skip on `dpkg_ready_apt_unavailable` (set by roles/dpkg_ready in check mode where
-python3-apt is missing; the plan names the packages instead); uninstall's removals never run in
-check mode (apt-get's own simulation is the plan). A new apt task without either fails here.
+python3-apt is missing; the plan names the packages instead). A new apt task without it fails here.
+Uninstall calls apt-get itself, in both modes: Ansible's apt module would install python3-apt by
+itself where it is missing, and the uninstall play installs nothing.
 """
 
 from __future__ import annotations
@@ -37,10 +38,15 @@ def conditions(task) -> list[str]:
 
 def test_every_apt_task_is_planned_without_python3_apt():
     found = list(apt_tasks())
-    assert len(found) >= 11, found  # the driver's, the toolkit's, their uninstalls
+    assert len(found) >= 9, found  # the driver's and the toolkit's install paths
     for path, task in found:
-        when = conditions(task)
-        if path.name == "uninstall.yml":
-            assert any("not ansible_check_mode" in c for c in when), (path, task["name"])
-        else:
-            assert GATE in when, (path, task["name"])
+        assert path.name != "uninstall.yml", (path, task["name"])
+        assert GATE in conditions(task), (path, task["name"])
+
+
+def test_uninstall_removes_packages_with_apt_get_itself():
+    """The driver's and the toolkit's removals: apt-get purge, which needs no python3-apt."""
+    for role in ("nvidia_driver", "nvidia_container_toolkit"):
+        text = (ROOT / "roles" / role / "tasks" / "uninstall.yml").read_text()
+        assert "ansible.builtin.apt:" not in text, role
+        assert "'--allow-change-held-packages', 'purge']" in text, role
