@@ -182,6 +182,7 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None) -> int:
             orch.notify = live.notify
             orch.on_transition = live.transition
             result = orch.execute()
+        store.save(run)  # one snapshot: the journal of this run's transitions folded in
         return _finish(opts, run, orch, result, store.path, limits)
 
 

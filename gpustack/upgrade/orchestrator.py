@@ -188,7 +188,7 @@ class Orchestrator:
                         canary_phase = False
                         with self.lock:
                             self.run.canary_done = True
-                            self.store.save(self.run)
+                            self.store.save(self.run, nodes=[])
                         if not self._after_canary(canary_started):
                             return RolloutResult("paused", "paused after the canary batch")
                         replan = True
@@ -282,7 +282,7 @@ class Orchestrator:
             index = len(self.run.batches)
             for name in batch:
                 self.run.nodes[name].batch = index
-            self.store.save(self.run)
+            self.store.save(self.run, nodes=batch)
         for name in batch:
             self.activity[name] = "starting"
             self.executor.submit(name, lambda clock, n=name: self.upgrade_node(n, clock))
@@ -384,6 +384,6 @@ class Orchestrator:
                 record.reason = ""
                 record.finished_at = now
             self.backend.record_state(name, to.value, reason, record.admin_cordoned)
-            self.store.save(self.run)
+            self.store.save(self.run, nodes=[name])
             if self.on_transition:
                 self.on_transition(transition)

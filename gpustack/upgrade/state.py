@@ -1,7 +1,12 @@
 """Upgrade states (the GPU Operator's names) and the durable record of one rolling upgrade.
 
-The record is plain data; `FileStateStore` writes it atomically (tmp file + rename) after every
-transition, so a run killed at any instant leaves a readable file that `--resume` continues.
+The record is plain data. `FileStateStore` keeps it durable after every transition, so a run killed
+at any instant leaves a readable record that `--resume` continues: a snapshot written atomically
+(tmp file + rename), and after it a journal of the transitions, one fsynced JSON line each, folded
+into a new snapshot once the journal is as large as the snapshot. Rewriting the whole record
+after every transition had cost O(N) per transition, O(N^2) per upgrade (about 0.1 s per
+transition at 1,000 nodes, 1 s at 10,000, under the orchestrator's lock;
+benchmarks/upgrade_state.py).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import re
 import tempfile
 import threading
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -174,43 +180,133 @@ class MemoryStateStore:
     def load(self) -> UpgradeRun | None:
         return self.run
 
-    def save(self, run: UpgradeRun) -> None:
+    def save(self, run: UpgradeRun, nodes: list[str] | None = None) -> None:
+        """Keep `run`; `nodes`: the records that changed (a file store journals only those)."""
         self.run = run
 
 
 class FileStateStore(MemoryStateStore):
-    """The run as a JSON file, rewritten atomically after every change."""
+    """The run as a JSON snapshot plus a journal of what changed since (`<path>.journal`).
 
-    def __init__(self, path: Path):
+    `save(run)` writes a snapshot (and drops the journal); `save(run, nodes=[...])` appends the
+    named nodes' records, the transitions and batches added since the last save and the run's
+    scalar fields as one line, and folds the journal into a new snapshot once it has grown to the
+    snapshot's size (at least `compact_bytes`): amortised, each transition costs its own size.
+    Each snapshot has a new id; journal lines carry it with a sequence number, so a line left by
+    an earlier snapshot (a kill between the rename and the journal's removal) is never replayed,
+    and a torn last line (a kill mid-write) is dropped as a kill just before it would be.
+    """
+
+    def __init__(self, path: Path, compact_bytes: int = 256 * 1024):
         super().__init__()
         self.path = Path(path)
+        self.journal = self.path.with_name(self.path.name + ".journal")
+        self.compact_bytes = compact_bytes
+        self._id = ""
+        self._seq = 0
+        self._snapshot_bytes = 0
+        self._journal_bytes = 0
+        self._history = 0  # transitions and batches already on disk
+        self._batches = 0
 
     def load(self) -> UpgradeRun | None:
-        try:
-            text = self.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-        try:
-            return UpgradeRun.from_dict(json.loads(text))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise BadInput(
-                f"upgrade state file {self.path} is not readable ({exc})",
-                "move it aside to start a new upgrade (nodes it marked cordoned stay cordoned)",
-            ) from None
+        for _ in range(3):  # the snapshot replaced while it was read (a live run): read again
+            try:
+                inode = os.stat(self.path).st_ino
+                text = self.path.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                return None
+            try:
+                data = json.loads(text)
+                run = UpgradeRun.from_dict(data)
+                self._replay(run, data.get("journal_id", ""))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise BadInput(
+                    f"upgrade state file {self.path} is not readable ({exc})",
+                    "move it aside to start a new upgrade (nodes it marked cordoned stay cordoned)",
+                ) from None
+            try:
+                if os.stat(self.path).st_ino == inode:
+                    break
+            except FileNotFoundError:
+                pass
+        self._id = data.get("journal_id", "")
+        self._snapshot_bytes = len(text)
+        self._history, self._batches = len(run.history), len(run.batches)
+        self.run = run
+        return run
 
-    def save(self, run: UpgradeRun) -> None:
+    def _replay(self, run: UpgradeRun, snapshot_id: str) -> None:
+        """Apply the journal's lines written after this snapshot, in order."""
+        self._seq = self._journal_bytes = 0
+        try:
+            lines = self.journal.read_text(encoding="utf-8").splitlines(keepends=True)
+        except FileNotFoundError:
+            return
+        for number, line in enumerate(lines, 1):
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                if number == len(lines) and not line.endswith("\n"):
+                    break  # torn by a kill mid-write: that save never completed
+                raise ValueError(f"{self.journal} line {number} is not JSON") from None
+            if not snapshot_id or entry["id"] != snapshot_id:
+                continue  # written after an earlier snapshot
+            if entry["seq"] != self._seq + 1:
+                raise ValueError(f"{self.journal} line {number}: sequence {entry['seq']}")
+            self._seq = entry["seq"]
+            self._journal_bytes += len(line)
+            run.updated_at = entry["updated_at"]
+            run.canary_done = entry["canary_done"]
+            run.batches.extend(list(b) for b in entry["batches"])
+            run.history.extend(Transition(**t) for t in entry["history"])
+            run.nodes.update({k: NodeRecord(**v) for k, v in entry["nodes"].items()})
+
+    def save(self, run: UpgradeRun, nodes: list[str] | None = None) -> None:
         with self.lock:
             run.updated_at = time.time()
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", dir=self.path.parent)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                    json.dump(run.to_dict(), fh, indent=1, sort_keys=True)
-                    fh.write("\n")
-                    fh.flush()
-                    os.fsync(fh.fileno())
-                os.replace(tmp, self.path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+            journal = nodes is not None and run is self.run and self._id
+            if journal and self._journal_bytes < max(self.compact_bytes, self._snapshot_bytes):
+                self._append(run, nodes)
+            else:
+                self._snapshot(run)
             self.run = run
+
+    def _append(self, run: UpgradeRun, nodes: list[str]) -> None:
+        entry = {
+            "id": self._id,
+            "seq": self._seq + 1,
+            "updated_at": run.updated_at,
+            "canary_done": run.canary_done,
+            "batches": run.batches[self._batches :],
+            "history": [asdict(t) for t in run.history[self._history :]],
+            "nodes": {name: asdict(run.nodes[name]) for name in nodes},
+        }
+        line = json.dumps(entry, sort_keys=True) + "\n"
+        with open(self.journal, "a", encoding="utf-8") as fh:
+            fh.write(line)
+            fh.flush()
+            os.fsync(fh.fileno())
+        self._seq += 1
+        self._journal_bytes += len(line)
+        self._history, self._batches = len(run.history), len(run.batches)
+
+    def _snapshot(self, run: UpgradeRun) -> None:
+        data = run.to_dict()
+        data["journal_id"] = uuid.uuid4().hex
+        text = json.dumps(data, indent=1, sort_keys=True) + "\n"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=self.path.name + ".", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self.journal.unlink(missing_ok=True)
+        self._id, self._seq = data["journal_id"], 0
+        self._snapshot_bytes, self._journal_bytes = len(text), 0
+        self._history, self._batches = len(run.history), len(run.batches)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gpustack.upgrade.state import UpgradeRun, state_path_for
+from gpustack.upgrade.state import FileStateStore, UpgradeRun, state_path_for
 from tests.conftest import GPUSTACK, ROOT, run_cli
 from tests.lab.test_lab import ssh
 from tests.upgrade_doubles import in_progress_intervals
@@ -51,7 +51,7 @@ def lab(tmp_path_factory):
 def load_state(inventory: Path, env: dict) -> UpgradeRun:
     path = state_path_for(inventory)
     path = Path(env["GPUSTACK_STATE_DIR"]) / "upgrades" / path.name
-    return UpgradeRun.from_dict(json.loads(path.read_text()))
+    return FileStateStore(path).load()
 
 
 def upgrade(inventory, env, *args, timeout=1200) -> tuple[int, dict]:
@@ -77,10 +77,9 @@ def test_rolling_upgrade_stops_on_sigterm_and_resumes(lab):
     state_file = Path(env["GPUSTACK_STATE_DIR"]) / "upgrades" / state_path_for(inventory).name
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and proc.poll() is None:
-        if state_file.exists():
-            nodes = json.loads(state_file.read_text())["nodes"]
-            if nodes[NODES[0]]["state"] == "upgrade-done":
-                break
+        run = FileStateStore(state_file).load()  # the snapshot and its journal, read live
+        if run is not None and run.nodes[NODES[0]].state == "upgrade-done":
+            break
         time.sleep(0.2)
     assert proc.poll() is None, proc.communicate()
     proc.send_signal(signal.SIGTERM)

@@ -79,11 +79,16 @@ def test_host_only_rollout_walks_every_state_one_node_at_a_time(tmp_path):
     # No-op steps say so in the history.
     notes = {t.to_state: t.note for t in run.history if t.node == "node1"}
     assert notes["wait-for-jobs-required"] == "no Kubernetes: nothing to cordon"
-    # The file on disk is the same run.
-    saved = json.loads((tmp_path / "state.json").read_text())
-    assert saved["nodes"]["node3"]["state"] == "upgrade-done"
-    assert len(saved["history"]) == 3 * 8
+    # What is on disk (the snapshot and the journal of the transitions since) is the same run.
+    saved = FileStateStore(tmp_path / "state.json").load()
+    assert saved.to_dict() == run.to_dict()
+    assert saved.nodes["node3"].state == "upgrade-done" and len(saved.history) == 3 * 8
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json", "state.json.journal"]
+    store.save(run)  # a snapshot folds the journal in
     assert list(tmp_path.iterdir()) == [tmp_path / "state.json"], "no temporary files left"
+    assert (
+        json.loads((tmp_path / "state.json").read_text())["history"] == saved.to_dict()["history"]
+    )
 
 
 def test_parallel_nodes_respect_max_parallel():
