@@ -39,6 +39,16 @@ def walk(run: UpgradeRun, store: FileStateStore, name: str, to: str) -> None:
     store.save(run, nodes=[name])
 
 
+def journalled(tmp_path, *moves: tuple[str, str]):
+    """A 2-node run saved as a snapshot, then `moves` (node, state) journalled after it."""
+    path = tmp_path / "state.json"
+    store, run = FileStateStore(path), new_run(2)
+    store.save(run)
+    for name, to in moves:
+        walk(run, store, name, to)
+    return path, store, run
+
+
 def consistent(run: UpgradeRun) -> None:
     """Every node's state is the last transition the history records for it."""
     last = {t.node: t.to_state for t in run.history}
@@ -63,10 +73,7 @@ def test_snapshot_then_journal_loads_as_the_same_run(tmp_path):
 
 
 def test_a_loaded_store_goes_on_journalling_after_what_it_read(tmp_path):
-    path = tmp_path / "state.json"
-    store, run = FileStateStore(path), new_run(2)
-    store.save(run)
-    walk(run, store, "node0", STATES[0])
+    path, _, _ = journalled(tmp_path, ("node0", STATES[0]))
     resumed_store = FileStateStore(path)
     resumed = resumed_store.load()
     walk(resumed, resumed_store, "node1", STATES[0])
@@ -77,11 +84,7 @@ def test_a_loaded_store_goes_on_journalling_after_what_it_read(tmp_path):
 
 
 def test_a_torn_last_line_is_dropped_and_a_broken_one_inside_is_an_error(tmp_path):
-    path = tmp_path / "state.json"
-    store, run = FileStateStore(path), new_run(2)
-    store.save(run)
-    walk(run, store, "node0", STATES[0])
-    walk(run, store, "node1", STATES[0])
+    path, store, _ = journalled(tmp_path, ("node0", STATES[0]), ("node1", STATES[0]))
     whole = store.journal.read_text()
     store.journal.write_text(whole[:-10])  # killed while writing the second line
     loaded = FileStateStore(path).load()
@@ -98,11 +101,7 @@ def test_a_torn_last_line_is_dropped_and_a_broken_one_inside_is_an_error(tmp_pat
 
 def test_lines_of_an_earlier_snapshot_are_never_replayed(tmp_path):
     """A kill between the new snapshot's rename and the journal's removal leaves old lines."""
-    path = tmp_path / "state.json"
-    store, run = FileStateStore(path), new_run(2)
-    store.save(run)
-    walk(run, store, "node0", STATES[0])
-    walk(run, store, "node0", STATES[1])
+    path, store, run = journalled(tmp_path, ("node0", STATES[0]), ("node0", STATES[1]))
     old = store.journal.read_text()
     store.save(run)  # compaction: a new snapshot with both transitions
     assert not store.journal.exists()
