@@ -283,7 +283,8 @@ class FileStateStore(MemoryStateStore):
             "nodes": {name: asdict(run.nodes[name]) for name in nodes},
         }
         line = json.dumps(entry, sort_keys=True) + "\n"
-        with open(self.journal, "a", encoding="utf-8") as fh:
+        fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)  # as mkstemp's
+        with os.fdopen(fd, "a", encoding="utf-8") as fh:
             fh.write(line)
             fh.flush()
             os.fsync(fh.fileno())

@@ -68,6 +68,7 @@ def test_snapshot_then_journal_loads_as_the_same_run(tmp_path):
     store.save(run, nodes=[])
     assert json.loads(path.read_text())["history"] == []  # the snapshot was written once
     assert len(store.journal.read_text().splitlines()) == 6
+    assert store.journal.stat().st_mode & 0o777 == path.stat().st_mode & 0o777 == 0o600
     loaded = FileStateStore(path).load()
     assert loaded.to_dict() == run.to_dict()
 
