@@ -208,6 +208,7 @@ class FileStateStore(MemoryStateStore):
         self._journal_bytes = 0
         self._history = 0  # transitions and batches already on disk
         self._batches = 0
+        self._torn = False  # the journal ends in a torn line: the next save is a snapshot
 
     def load(self) -> UpgradeRun | None:
         for _ in range(3):  # the snapshot replaced while it was read (a live run): read again
@@ -239,6 +240,7 @@ class FileStateStore(MemoryStateStore):
     def _replay(self, run: UpgradeRun, snapshot_id: str) -> None:
         """Apply the journal's lines written after this snapshot, in order."""
         self._seq = self._journal_bytes = 0
+        self._torn = False
         try:
             lines = self.journal.read_text(encoding="utf-8").splitlines(keepends=True)
         except FileNotFoundError:
@@ -248,7 +250,8 @@ class FileStateStore(MemoryStateStore):
                 entry = json.loads(line)
             except ValueError:
                 if number == len(lines) and not line.endswith("\n"):
-                    break  # torn by a kill mid-write: that save never completed
+                    self._torn = True  # a kill mid-write: that save never completed
+                    break
                 raise ValueError(f"{self.journal} line {number} is not JSON") from None
             if not snapshot_id or entry["id"] != snapshot_id:
                 continue  # written after an earlier snapshot
@@ -265,7 +268,7 @@ class FileStateStore(MemoryStateStore):
     def save(self, run: UpgradeRun, nodes: list[str] | None = None) -> None:
         with self.lock:
             run.updated_at = time.time()
-            journal = nodes is not None and run is self.run and self._id
+            journal = nodes is not None and run is self.run and self._id and not self._torn
             if journal and self._journal_bytes < max(self.compact_bytes, self._snapshot_bytes):
                 self._append(run, nodes)
             else:
@@ -308,6 +311,6 @@ class FileStateStore(MemoryStateStore):
             Path(tmp).unlink(missing_ok=True)
             raise
         self.journal.unlink(missing_ok=True)
-        self._id, self._seq = data["journal_id"], 0
+        self._id, self._seq, self._torn = data["journal_id"], 0, False
         self._snapshot_bytes, self._journal_bytes = len(text), 0
         self._history, self._batches = len(run.history), len(run.batches)

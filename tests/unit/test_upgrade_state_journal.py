@@ -98,6 +98,12 @@ def test_a_torn_last_line_is_dropped_and_a_broken_one_inside_is_an_error(tmp_pat
     store.journal.write_text(second + first)  # out of order
     with pytest.raises(BadInput, match="sequence 2"):
         FileStateStore(path).load()
+    store.journal.write_text(whole[:-10])
+    # a store that read it goes on with a snapshot, not a line glued to the torn one
+    resumed_store = FileStateStore(path)
+    resumed = resumed_store.load()
+    walk(resumed, resumed_store, "node1", STATES[1])
+    assert not store.journal.exists() and FileStateStore(path).load().to_dict() == resumed.to_dict()
 
 
 def test_lines_of_an_earlier_snapshot_are_never_replayed(tmp_path):
