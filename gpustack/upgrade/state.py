@@ -233,7 +233,7 @@ class FileStateStore(MemoryStateStore):
                 pass
         self._id = data.get("journal_id", "")
         self._snapshot_bytes = len(text)
-        self._history, self._batches = len(run.history), len(run.batches)
+        self._written(run)
         self.run = run
         return run
 
@@ -293,7 +293,7 @@ class FileStateStore(MemoryStateStore):
             os.fsync(fh.fileno())
         self._seq += 1
         self._journal_bytes += len(line)
-        self._history, self._batches = len(run.history), len(run.batches)
+        self._written(run)
 
     def _snapshot(self, run: UpgradeRun) -> None:
         data = run.to_dict()
@@ -313,4 +313,8 @@ class FileStateStore(MemoryStateStore):
         self.journal.unlink(missing_ok=True)
         self._id, self._seq, self._torn = data["journal_id"], 0, False
         self._snapshot_bytes, self._journal_bytes = len(text), 0
+        self._written(run)
+
+    def _written(self, run: UpgradeRun) -> None:
+        """The transitions and batches of `run` are on disk: the next line starts after them."""
         self._history, self._batches = len(run.history), len(run.batches)
