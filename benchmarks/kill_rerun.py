@@ -82,7 +82,6 @@ UNINSTALL_POINTS = [
     ("Restart containerd on its original configuration (when changed), wait until it answers",
      "installed"),
     ("Remove the toolkit packages", "installed"),
-    ("Release the holds", "installed"),
     ("Remove the driver packages", "installed"),
 ]  # fmt: skip
 UPGRADE_POINTS = [

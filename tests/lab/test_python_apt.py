@@ -10,6 +10,7 @@ Debian's archive; the toolkit repository is the lab's stand-in (tests/fixtures/l
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -89,6 +90,60 @@ def test_a_host_with_its_sources_set_plans_package_steps_by_name(lab):
     assert "not simulated: no python3-apt yet" in proc.stdout and "nvidia-smi=" in proc.stdout
     assert section(proc.stdout, "install") == ["python3-apt 2.6.0"], proc.stdout
     assert not python_apt(inventory)
+
+
+# A maintainer script that fails, as a broken or half-upgraded package's can: dpkg stops the purge
+# with packages still installed. The original script (if any) is kept beside it and put back.
+BREAK_PRERM = (
+    "f=/var/lib/dpkg/info/{0}.prerm; [ -e $f ] && cp -a $f $f.gpustack-test; "
+    "printf '#!/bin/sh\\necho gpustack test: prerm fails >&2\\nexit 1\\n' > $f; chmod 755 $f"
+)
+MEND_PRERM = "f=/var/lib/dpkg/info/{0}.prerm; rm -f $f; [ -e $f.gpustack-test ] && mv $f.gpustack-test $f; true"
+STATES = "dpkg-query -W -f='${{Package}} ${{db:Status-Abbrev}}\\n' {0} 2>/dev/null || true"
+
+
+def dpkg_states(inventory, packages: list[str]) -> dict[str, str]:
+    """dpkg's status abbreviation ('hi', 'rc', ...) of each package dpkg knows."""
+    if not packages:
+        return {}
+    lines = ssh(inventory, NODE, STATES.format(" ".join(packages))).stdout.splitlines()
+    return dict(line.split()[:2] for line in lines if len(line.split()) >= 2)
+
+
+@pytest.mark.parametrize(("component", "broken", "packages"), [
+    ("toolkit", "libnvidia-container-tools", sorted(lab_fixtures.PACKAGES)),
+    ("driver", "nvidia-smi", ["nvidia-smi", "libcuda1", "nvidia-persistenced", "nvidia-kernel-dkms"]),
+])  # fmt: skip
+def test_a_failed_purge_puts_back_the_marks_apt_took(lab, component, broken, packages):
+    """apt releases holds and automatic marks before dpkg runs: put back on what a failure leaves."""
+    inventory, _ = lab
+    held = ssh(inventory, NODE, "apt-mark showhold").stdout.split()
+    auto = set(ssh(inventory, NODE, "apt-mark showauto").stdout.split())
+    assert broken in held, held  # held by gpustack's install, as are the others checked below
+    assert ssh(inventory, NODE, BREAK_PRERM.format(broken)).returncode == 0
+    try:
+        proc = run_cli("uninstall", str(inventory), "--components", component, "--yes",
+                       "-o", "json", timeout=1800)  # fmt: skip
+    finally:
+        ssh(inventory, NODE, MEND_PRERM.format(broken))
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    rescued, final = json.loads(proc.stdout)["hosts"][NODE]["failures"]  # apt-get's, then ours
+    assert rescued["task"] == f"Remove the {component} packages", rescued
+    message = " ".join(final["message"].split())
+    assert message.startswith(f"Removing the {component} packages on {NODE} failed:"), message
+    assert "pre-removal script subprocess returned error exit status 1" in message, message
+    assert "The ones still installed are held" in message, message
+    assert "Hint: run `apt-get purge" in message, message
+    states = dpkg_states(inventory, packages)
+    left = {name: state for name, state in states.items() if state[1] not in "nc" and name in held}
+    assert broken in left, states  # the purge really stopped with it installed
+    assert all(state.startswith("h") for state in left.values()), states  # and held again
+    # apt drops the "automatic" marks of what it means to remove before dpkg runs: put back, or a
+    # later driver uninstall would keep those packages as installed by hand.
+    lost = sorted(auto - set(ssh(inventory, NODE, "apt-mark showauto").stdout.split()))
+    assert not [
+        name for name, state in dpkg_states(inventory, lost).items() if state[1] not in "nc"
+    ]
 
 
 def test_uninstall_removes_the_packages_without_installing_python3_apt(lab):

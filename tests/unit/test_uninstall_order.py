@@ -1,5 +1,7 @@
 """uninstall.yml removes in reverse lifecycle order and restores before it removes."""
 
+import re
+
 import yaml
 
 from tests.conftest import ROOT
@@ -46,19 +48,39 @@ def test_uninstall_runs_in_reverse_lifecycle_order():
     assert remove_mig["when"] == "'mig' in __components or 'driver' in __components"
 
 
-def test_each_component_releases_its_holds_before_removing_packages():
+def _flatten(tasks):
+    for task in tasks:
+        yield task
+        for key in ("block", "rescue"):
+            yield from _flatten(task.get(key, []))
+
+
+def test_each_component_purges_held_packages_in_one_call_and_holds_again_on_failure():
+    """apt releases the holds before dpkg runs: a failed purge re-holds what it left installed."""
     for role in ("nvidia_container_toolkit", "nvidia_driver"):
-        tasks = [  # a block's tasks in their place (the toolkit's removal is one block)
-            task
-            for top in yaml.safe_load((ROOT / f"roles/{role}/tasks/uninstall.yml").read_text())
-            for task in top.get("block", [top])
-        ]
-        names = [t["name"] for t in tasks]
-        release = next(i for i, t in enumerate(tasks) if "ansible.builtin.dpkg_selections" in t)
-        remove = next(  # apt-get purge (the driver simulates it first, before the release)
-            i
-            for i, t in enumerate(tasks)
-            if t["name"].startswith("Remove the") and "purge" in str(t)
+        top = yaml.safe_load((ROOT / f"roles/{role}/tasks/uninstall.yml").read_text())
+        tasks = list(_flatten(top))
+        assert not [t["name"] for t in tasks if "ansible.builtin.dpkg_selections" in t]
+        (guard,) = [t for t in tasks if "rescue" in t]
+        (purge,) = guard["block"]
+        argv = str(purge["ansible.builtin.command"]["argv"])
+        assert "'--allow-change-held-packages', 'purge']" in argv, argv
+        restore, fail = guard["rescue"]
+        assert restore["ansible.builtin.include_role"] == {
+            "name": "dpkg_ready",
+            "tasks_from": "after_failed_purge",
+        }
+        assert restore["vars"]["dpkg_ready_packages"] in (
+            "{{ __held }}",
+            "{{ __nvidia_driver_remove_held }}",
         )
-        assert tasks[release]["ansible.builtin.dpkg_selections"]["selection"] == "install", names
-        assert release < remove, names
+        assert "ansible.builtin.fail" in fail and "Hint:" in fail["ansible.builtin.fail"]["msg"]
+
+
+def test_after_a_failed_purge_only_the_packages_dpkg_still_has_installed_are_marked_again():
+    tasks = yaml.safe_load((ROOT / "roles/dpkg_ready/tasks/after_failed_purge.yml").read_text())
+    (keep,) = [t for t in tasks if "ansible.builtin.set_fact" in t]
+    pattern = re.search(r"select\('search', '([^']+)'\)", keep["vars"]["__left"])[1]
+    lines = ["a ii ", "b hi ", "c iF ", "d iU ", "e hH ", "f un ", "g rc ", "h pn ", "i ri "]
+    kept = [line.split()[0] for line in lines if re.search(pattern, line)]
+    assert kept == ["a", "b", "c", "d", "e", "i"]
