@@ -75,6 +75,14 @@ options:
     type: str
     default: ""
     description: The caller's credential inputs, named in the 401/403 hint.
+  offers:
+    type: str
+    default: ""
+    description:
+      - A package name; C(madison) then returns C(apt-cache madison) of it in this source's
+        package lists alone (read after the refresh, nothing written; the caller needs no
+        second round trip, and apt builds no cache of every source for it). Not read in check
+        mode when the source changed (the host's lists do not know it yet).
   root: {type: path, default: /, description: Prefix of every path (tests).}
   apt_options: {type: list, elements: str, default: [], description: Extra -o options (tests).}
 author: gpustack
@@ -87,6 +95,9 @@ files:
 pending: {description: A change is recorded and not yet committed, type: bool}
 refreshed: {description: apt-get update ran for this source, type: bool}
 rolled_back: {description: Files were restored from the record, type: bool}
+madison:
+  description: "With I(offers): apt-cache madison's lines for that package in this source."
+  type: str
 cause:
   description: >-
     On failure: fetch, fingerprint, conflict, auth, not_found, dns, connect, tls, signature,
@@ -396,6 +407,27 @@ def _update(source_parts, apt_options):
     return not errors, errors, warnings, out
 
 
+def offered(module, source_text, name, package, apt_options):
+    """apt-cache madison of `package` in this one source's package lists (as they are now)."""
+    tmp = tempfile.mkdtemp(prefix="gpustack-apt-offers-")
+    try:
+        with open(os.path.join(tmp, "gpustack-%s.sources" % name), "wb") as fh:
+            fh.write(source_text)
+        args = ["apt-cache", "-o", "Dir::Etc::SourceList=/dev/null",
+                "-o", "Dir::Etc::SourceParts=" + tmp,
+                "-o", "Dir::Cache::pkgcache=", "-o", "Dir::Cache::srcpkgcache="]  # fmt: skip
+        for option in apt_options:
+            args += ["-o", option]
+        rc, out, err = run(args + ["madison", package], env=dict(os.environ, LANG="C", LC_ALL="C"))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if rc != 0:
+        reason = err.strip() or "exit %d" % rc
+        module.fail_json(msg="apt-cache madison %s failed on the source %s: %s"
+                         % (package, name, reason), rolled_back=False)  # fmt: skip
+    return out
+
+
 def sources_error(source_parts, source_list, apt_options):
     """apt's complaint when it reads this set of sources (no network), or ''."""
     args = ["apt-get", "indextargets", "-o", "Dir::Etc::SourceList=" + source_list,
@@ -589,6 +621,9 @@ def present(module, files):
                                              auth, params["apt_options"])  # fmt: skip
             if not ok:
                 unusable(module, params, files, errors, "nothing was written (check mode)")
+        if params["offers"] and not changed:
+            result["madison"] = offered(module, params["content"].encode("utf-8"), params["name"],
+                                        params["offers"], params["apt_options"])  # fmt: skip
         module.exit_json(**result)
     if changed:
         # the directories this change creates are part of it: a rollback removes them again
@@ -624,6 +659,9 @@ def present(module, files):
             unusable(module, params, files, errors, "the source was rolled back (%s)" % done,
                      restored)  # fmt: skip
         result["changed"] = True  # the package lists now know the source
+    if params["offers"]:
+        result["madison"] = offered(module, params["content"].encode("utf-8"), params["name"],
+                                    params["offers"], params["apt_options"])  # fmt: skip
     module.exit_json(**result)
 
 
@@ -665,6 +703,7 @@ def main():
             password=dict(type="str", default="", no_log=True),
             refresh=dict(type="bool", default=True),
             hint_inputs=dict(type="str", default=""),
+            offers=dict(type="str", default=""),
             root=dict(type="path", default="/"),
             apt_options=dict(type="list", elements="str", default=[]),
         ),

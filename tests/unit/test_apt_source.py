@@ -206,6 +206,33 @@ def test_an_interrupted_change_is_proved_by_the_next_run(env, tmp_path, repo):
     assert res["refreshed"] is False and res["changed"] is False
 
 
+def test_offers_reads_the_package_in_this_source_alone(env, tmp_path, repo):
+    """The toolkit role's version list in the module's own call (it was an apt-cache madison
+    round trip of its own, with a cache of every source built for it): this source's lists
+    only, after the refresh; on an unchanged rerun too; not in check mode before the lists
+    know a changed source."""
+    other = env["root"] / "etc/apt/sources.list.d/other.sources"  # a host source, not read
+    other.parent.mkdir(parents=True)
+    other.write_text(f"Types: deb\nURIs: file://{tmp_path}/none\nSuites: /\n")
+    args = {"content": source(env, f"file://{repo}"), "keyring_src": str(env["key"]),
+            "offers": "nvidia-container-toolkit"}  # fmt: skip
+    rc, res, raw = run(env, tmp_path, **args, _ansible_check_mode=True)
+    assert rc == 0 and res["changed"] and "madison" not in res, raw
+    rc, res, raw = run(env, tmp_path, **args)
+    assert rc == 0 and res["refreshed"], raw
+    versions = [line.split("|")[1].strip() for line in res["madison"].splitlines()]
+    assert versions == sorted(versions, reverse=True) and len(versions) >= 2, res["madison"]
+    assert all("nvidia-container-toolkit" in line and str(repo) in line
+               for line in res["madison"].splitlines())  # fmt: skip
+    assert run(env, tmp_path, state="commit")[0] == 0
+    rc, again, _ = run(env, tmp_path, **args, _ansible_check_mode=True)
+    assert rc == 0 and not again["changed"] and again["madison"] == res["madison"]
+    rc, none, _ = run(env, tmp_path, **{**args, "offers": "no-such-package"})
+    assert rc == 0 and none["madison"] == ""
+    rc, plain, _ = run(env, tmp_path, content=args["content"], keyring_src=args["keyring_src"])
+    assert rc == 0 and "madison" not in plain
+
+
 def test_rollback_restores_the_state_before_the_uncommitted_change(env, tmp_path, repo, server):
     first = {"content": source(env, f"file://{repo}"), "keyring_src": str(env["key"])}
     assert run(env, tmp_path, **first)[0] == 0
