@@ -12,14 +12,19 @@ import re
 # k3s and RKE2 (docs/runtime.md, "k3s and RKE2"). They generate containerd's config.toml at
 # every start from a Go template: their own ("base"), or the user's config-v3.toml.tmpl or
 # config.toml.tmpl, which may include the base with {{ template "base" . }}. The base declares
-# every runtime k3s finds (nvidia and nvidia-experimental: nvidia-container-runtime on PATH or
-# under /usr/local/nvidia/toolkit; k3s pkg/agent/containerd/nvidia.go) and, with
-# --default-runtime, default_runtime_name (k3s pkg/agent/templates/templates_linux.go). So gpustack
-# writes no template: the toolkit puts the runtime where k3s finds it, a config.yaml.d drop-in sets
-# default-runtime when asked to, and k3s restarts. A template that includes the base and declares
-# the runtime again makes containerd refuse the generated file (a table defined twice: containerd
-# 1.6.20, 1.7.24 and 2.1.9 all refuse it; tests/fixtures/k3s).
-# The templates k3s and RKE2 read (a containerd 2 k3s the first one, else the second).
+# every runtime k3s finds (nvidia, nvidia-experimental, nvidia-cdi: nvidia-container-runtime[...]
+# looked up on PATH with /usr/local/nvidia/toolkit in front; k3s-io/k3s
+# pkg/agent/containerd/runtimes.go and config_linux.go@469d009) and, with default-runtime,
+# default_runtime_name (pkg/agent/templates/templates.go@469d009). So gpustack writes no template:
+# the toolkit puts the runtime where k3s finds it, a config.yaml.d drop-in sets default-runtime
+# when asked to, and k3s restarts. A template that includes the base and declares the runtime
+# again makes containerd refuse the generated file (a table defined twice: containerd 1.6.20,
+# 1.7.24 and 2.1.9 all refuse it; tests/fixtures/k3s).
+# The templates k3s and RKE2 read. Since k3s-io/k3s bc4597239 (2025-01, the releases with
+# containerd 2) k3s takes the first that exists, with the base of its generation: version 3 for
+# config-v3.toml.tmpl (and without a template), version 2 for config.toml.tmpl
+# (pkg/agent/containerd/config.go@469d009, templateGenerations). Earlier k3s read
+# config.toml.tmpl only. k3s does not look at containerd's version.
 TEMPLATES = ("config-v3.toml.tmpl", "config.toml.tmpl")
 K3S_BASE = re.compile(r"\{\{-?\s*template\s+\"base\"\s+\.\s*-?\}\}")
 # The template gpustack wrote before 2026-11-26: the base, "# Ansible managed", the runtime.
@@ -65,25 +70,44 @@ def k3s_templates(files, name, want_default=False, config_version=2):
 
     files: {file name: text, or None when missing} for TEMPLATES (config-v3.toml.tmpl and
     config.toml.tmpl, in the containerd directory of k3s or RKE2).
-    A k3s on containerd 2 (its generated config.toml at version 3) reads config-v3.toml.tmpl when
-    it exists, else config.toml.tmpl; one on containerd 1.x reads config.toml.tmpl. Returns
-    {"legacy": [keys of templates gpustack wrote earlier: removed], "active": key or "",
-    "extends_base", "declares", "error" and "hint" ("" when nothing is refused)}. gpustack's own
-    old templates never count as active: they go, and k3s's base takes their place.
+    config_version: the version of the config.toml k3s generated at its last start (2 when there
+    is none). A k3s that generated version 3 is a recent one: it reads config-v3.toml.tmpl when
+    it exists, else config.toml.tmpl. Version 2 comes from an older k3s (config.toml.tmpl only)
+    or from a recent one that found config.toml.tmpl alone then; a config-v3.toml.tmpl there now
+    is what a recent k3s reads at the restart gpustack causes, so both are judged and either
+    refuses (the hint says an older k3s ignores the v3 one). Returns {"legacy": [keys of
+    templates gpustack wrote earlier: removed], "active": key or "", "extends_base",
+    "declares", "error" and "hint" ("" when nothing is refused)}. gpustack's own old templates
+    never count as active: they go, and k3s's base takes their place.
     """
     legacy = [key for key in TEMPLATES if _k3s_legacy(files.get(key), name)]
     present = [key for key in TEMPLATES if files.get(key) is not None]
     user = dict((key, files[key]) for key in present if key not in legacy)
-    v3_first = int(config_version or 2) >= 3
-    v3, v2 = TEMPLATES
-    active = v3 if v3_first and v3 in user else (v2 if v2 in user else "")
-    result = {"legacy": legacy, "active": active, "extends_base": True, "declares": False}
-    result.update(error="", hint="")
-    if not active:
-        return result
-    extends = K3S_BASE.search(user[active]) is not None
-    declares = _k3s_declares(user[active], name)
-    result.update(extends_base=extends, declares=declares)
+    recent = int(config_version or 2) >= 3
+    read = [key for key in TEMPLATES if key in user]
+    if recent:
+        read = read[:1]  # the first that exists
+    result = {"legacy": legacy, "active": read[0] if read else "", "extends_base": True}
+    result.update(declares=False, error="", hint="")
+    for key in read:
+        judged = _k3s_judge(user[key], name, want_default)
+        if key == read[0]:
+            result.update(extends_base=judged[0], declares=judged[1])
+        if judged[2]:
+            error, hint = K3S_REFUSALS[judged[2]]
+            if key == TEMPLATES[0] and not recent:
+                hint += (" (k3s releases since 2025-01 read %s before %s; an older k3s ignores "
+                         "it: then remove it instead)" % TEMPLATES)  # fmt: skip
+            result.update(active=key, extends_base=judged[0], declares=judged[1])
+            result.update(error=error.format(name=name), hint=hint.format(name=name))
+            break
+    return result
+
+
+def _k3s_judge(text, name, want_default):
+    """(extends the base, declares the runtime, refusal key or "") of one template."""
+    extends = K3S_BASE.search(text) is not None
+    declares = _k3s_declares(text, name)
     refusal = ""
     if extends and declares:
         refusal = "twice"
@@ -91,7 +115,4 @@ def k3s_templates(files, name, want_default=False, config_version=2):
         refusal = "missing"
     elif not extends and str(want_default).lower() in ("1", "true", "yes"):
         refusal = "default"
-    if refusal:
-        error, hint = K3S_REFUSALS[refusal]
-        result.update(error=error.format(name=name), hint=hint.format(name=name))
-    return result
+    return extends, declares, refusal

@@ -99,11 +99,29 @@ def test_a_template_that_replaces_the_base_must_declare_the_runtime():
     assert classify(v2=BASE_ONLY, default=True)["error"] == ""
 
 
-def test_the_template_k3s_reads_follows_its_containerd():
-    # containerd 1.x k3s reads config.toml.tmpl only; a containerd 2 k3s prefers the v3 name
-    assert classify(v2=BASE_ONLY, v3="version = 3\n", version=2)["error"] == ""
-    assert "never reach" in classify(v2=BASE_ONLY, v3="version = 3\n", version=3)["error"]
+def test_the_template_k3s_reads_first_existing_v3_then_v2():
+    """k3s-io/k3s pkg/agent/containerd/config.go@469d009 (templateGenerations): a recent k3s reads
+    config-v3.toml.tmpl when it exists, else config.toml.tmpl; it does not look at containerd's
+    version. Its generated config.toml is version 3 only when it used the v3 base."""
+    bad_v3 = "version = 3\n"  # replaces the base, no runtime
+    # generated at version 3: a recent k3s; the first template that exists is the one
+    assert "never reach" in classify(v2=BASE_ONLY, v3=bad_v3, version=3)["error"]
+    assert classify(v2="version = 2\n", v3=BASE_ONLY, version=3)["error"] == ""
     assert classify(v2="version = 2\n", version=3)["active"] == V2
+    # generated at version 2 (or none yet): an older k3s (config.toml.tmpl only), or a recent one
+    # that found config.toml.tmpl alone at its last start. A config-v3.toml.tmpl there now is
+    # what a recent k3s reads at the restart gpustack causes: judged too, refused with a hint
+    result = classify(v2=BASE_ONLY, v3=bad_v3, version=2)
+    assert result["active"] == V3 and "never reach" in result["error"], result
+    assert "an older k3s ignores it" in result["hint"], result["hint"]
+    assert classify(v3=bad_v3, version=2)["active"] == V3
+    result = classify(v2=BASE_PLUS_RUNTIME, v3=BASE_ONLY, version=2)
+    assert result["active"] == V2 and "table twice" in result["error"], result
+    assert "older k3s" not in result["hint"]
+    assert classify(v2=BASE_ONLY, v3=BASE_ONLY, version=2) == {
+        "legacy": [], "active": V3, "extends_base": True, "declares": False,
+        "error": "", "hint": "",
+    }  # fmt: skip
 
 
 def test_the_role_judges_gpustack_reads_answer():
