@@ -326,6 +326,37 @@ def stand_in_removed(inventory, product, unit):
                              "systemctl daemon-reload")  # fmt: skip
 
 
+def refused_toolkit_uninstall(inventory):
+    """`uninstall --components toolkit` refused on every node: each node's message."""
+    proc = run_cli("uninstall", str(inventory), "--components", "toolkit", "--yes",
+                   "--output", "json")  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    doc = json.loads(proc.stdout)
+    return {node: doc["hosts"][node]["failures"][-1]["message"] for node in NODES}
+
+
+def test_the_toolkit_alone_is_not_removed_while_nvidia_is_containerds_default(lab):
+    """containerd would fail every container of its default runtime without the toolkit's binary:
+    `uninstall --components toolkit` is refused before any change where gpustack made nvidia the
+    default; with the runtime's wiring removed too, it goes."""
+    inventory, varsfile = lab
+    for node in NODES:
+        start_from(inventory, node, DISTRO)
+    rc, doc = install(inventory, varsfile, "-e", "container_runtime_nvidia_default=true")
+    assert rc == 0, json.dumps({h: v["failures"] for h, v in doc["hosts"].items()})
+    state = ("dpkg-query -W -f='${Version} ${db:Status-Abbrev}' nvidia-container-toolkit; "
+             "sha256sum /etc/containerd/conf.d/*.toml /var/lib/gpustack/container_runtime.json")  # fmt: skip
+    before = {node: ssh(inventory, node, state).stdout for node in NODES}
+    for node, message in refused_toolkit_uninstall(inventory).items():
+        assert f"nvidia is the default runtime of containerd on {node}" in message, message
+        assert "Nothing was changed. Hint: remove the runtime's wiring with it" in message, message
+    assert {node: ssh(inventory, node, state).stdout for node in NODES} == before
+    rc, doc = install(inventory, varsfile)  # nvidia no longer the default: the toolkit may go
+    assert rc == 0, json.dumps({h: v["failures"] for h, v in doc["hosts"].items()})
+    proc = run_cli("uninstall", str(inventory), "--components", "toolkit", "--check")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 @pytest.fixture
 def k3s(lab):
     """The stand-in as k3s.service on every node, started; removed afterwards."""
@@ -400,6 +431,11 @@ def test_k3s_wired_by_its_own_detection_default_runtime_and_uninstall(k3s):
         assert "default-runtime" in ssh(inventory, node, f"cat {K3S_DROPIN}").stdout
     rc, again = install(inventory, varsfile, *default)
     assert rc == 0 and changed(again) == dict.fromkeys(NODES, 0)
+    # without the toolkit, k3s would not start again (default runtime not found): refused
+    for message in refused_toolkit_uninstall(inventory).values():
+        assert "default runtime of k3s" in message and "k3s/RKE2 would not start again" in message
+    for node in NODES:
+        assert ssh(inventory, node, f"test -e {K3S_DROPIN} && test -x {BIN}").returncode == 0
 
     proc = run_cli("uninstall", str(inventory), "--components", "runtime", "--yes")
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -19,6 +19,8 @@ def test_uninstall_runs_in_reverse_lifecycle_order():
     ]
     assert roles == [
         ("gpu_preflight", None),
+        # before any change: the toolkit alone does not go while nvidia is the default runtime
+        ("container_runtime", "toolkit_guard.yml"),
         ("dpkg_ready", None),  # an interrupted dpkg is finished before any package is removed
         ("nvidia_mig", "uninstall.yml"),
         ("container_runtime", "uninstall.yml"),
@@ -42,7 +44,7 @@ def test_uninstall_runs_in_reverse_lifecycle_order():
     assert "gpustack.gpustack.gpustack_converged" in stamps
     assert mig["ansible.builtin.include_role"]["name"] == "nvidia_mig"
     assert "nvidia_mig_config" in mig["when"]
-    assert [r for r, _ in roles][2:] == ["nvidia_mig", *reversed(install_order)]
+    assert [r for r, _ in roles][3:] == ["nvidia_mig", *reversed(install_order)]
     # The MIG boot unit runs nvidia-smi at every boot: it goes with the driver too.
     (remove_mig,) = [t for t in play["tasks"] if t["name"].startswith("Remove gpustack's MIG")]
     assert remove_mig["when"] == "'mig' in __components or 'driver' in __components"
