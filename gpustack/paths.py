@@ -12,8 +12,19 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import Any
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def load_yaml(path: Path) -> Any:
+    """One of gpustack's own YAML files (the roles' specs and defaults, read by every command):
+    libyaml's safe loader where PyYAML has it (the pure-Python one took 0.33 s of the CLI's
+    start for 14 files), else the pure-Python one."""
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=loader)
 
 
 def content_root() -> Path:

@@ -11,8 +11,6 @@ import json
 from functools import cache
 from typing import Any
 
-import yaml
-
 from gpustack import paths
 from gpustack.ansible.input_formats import check_extra_vars
 from gpustack.ansible.inventory import resolved_vars
@@ -26,7 +24,7 @@ def role_options() -> dict[str, dict[str, Any]]:
     """Every documented role input: name -> its argument spec entry."""
     options: dict[str, dict[str, Any]] = {}
     for path in sorted(paths.roles_dir().glob("*/meta/argument_specs.yml")):
-        spec = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        spec = paths.load_yaml(path) or {}
         for entry in (spec.get("argument_specs") or {}).values():
             options.update((entry or {}).get("options") or {})
     return options

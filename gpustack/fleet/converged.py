@@ -17,8 +17,6 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
 
-import yaml
-
 from gpustack import __version__, credentials, driver_version, paths
 
 # The host roles of playbooks/site.yml that record a stamp, in lifecycle order.
@@ -55,7 +53,7 @@ def content_hash() -> str:
 @cache
 def role_input_names(role: str) -> tuple[str, ...]:
     """The role's documented inputs (meta/argument_specs.yml main) plus the shared ones."""
-    spec = yaml.safe_load((paths.roles_dir() / role / "meta/argument_specs.yml").read_text())
+    spec = paths.load_yaml(paths.roles_dir() / role / "meta/argument_specs.yml")
     options = ((spec.get("argument_specs") or {}).get("main") or {}).get("options") or {}
     return (*options, *SHARED_INPUTS.get(role, ()))
 
@@ -63,7 +61,7 @@ def role_input_names(role: str) -> tuple[str, ...]:
 @cache
 def role_defaults(role: str) -> dict[str, Any]:
     path = paths.roles_dir() / role / "defaults/main.yml"
-    return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return paths.load_yaml(path) or {}
 
 
 def extravars(record: bool) -> dict[str, Any]:

@@ -12,8 +12,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gpustack import paths
 from gpustack.driver_version import (
     branch_of,
@@ -32,7 +30,7 @@ def role_defaults() -> dict[str, Any]:
     """Every role's defaults/main.yml, merged: what install uses when nobody set an input."""
     merged: dict[str, Any] = {}
     for path in sorted(paths.roles_dir().glob("*/defaults/main.yml")):
-        merged.update(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+        merged.update(paths.load_yaml(path) or {})
     return merged
 
 
