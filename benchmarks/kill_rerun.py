@@ -54,7 +54,11 @@ KILL_POINTS = [
     ("Enable the archive components that carry the NVIDIA driver", "driver"),
     ("Refresh the package lists (at most hourly; at once when sources changed)", "driver"),
     ("Pin the driver version", "driver"),
-    ("Keep the package scripts from starting nvidia-persistenced during the transaction", "driver"),
+    (
+        "Record the packages installed before the first driver install, mask nvidia-persistenced"
+        " for the transaction",
+        "driver",
+    ),
     (DRIVER_TRANSACTION, "driver"),
     (HOLD_DRIVER, "driver"),
     ("Write the repository source", "toolkit"),
