@@ -19,8 +19,8 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 
 def load_yaml(path: Path) -> Any:
     """One of gpustack's own YAML files (the roles' specs and defaults, read by every command):
-    libyaml's safe loader where PyYAML has it (the pure-Python one took 0.33 s of the CLI's
-    start for 14 files), else the pure-Python one."""
+    libyaml's safe loader where PyYAML has it (14 files: about 0.08 s with the pure-Python one,
+    0.03 s with libyaml's), else the pure-Python one."""
     import yaml
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
