@@ -151,6 +151,8 @@ cat > /usr/bin/apt-get <<'EOS'
 exec flock /var/cache/apt/archives/.gpustack-lab.lock /usr/bin/apt-get.distrib "$@"
 EOS
 chmod 755 /usr/bin/apt-get
+# Throw-away nodes: dpkg skips its fsync calls, as Docker's Debian images do (lab only).
+echo force-unsafe-io > /etc/dpkg/dpkg.cfg.d/90gpustack-lab-unsafe-io
 mkdir -p /etc/systemd/system/ssh.service.d /root/.ssh
 chmod 700 /root/.ssh
 cat > /etc/systemd/system/ssh.service.d/10-hostkeys.conf <<'EOS'

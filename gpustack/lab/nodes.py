@@ -116,6 +116,20 @@ def _start_node(node: Node, image: str, key: Path, init: str) -> None:
     # fmt: on
 
 
+def _start_new_node(name: str, spec, container: str, image: str, key: Path) -> Node:
+    """Start a node on a free port; another lab starting at the same time (the lab suite runs
+    files in parallel) may take that port before podman binds it: then take another."""
+    for attempt in range(3):
+        node = Node(name, spec.key, _free_port(), container)
+        try:
+            _start_node(node, image, key, spec.init)
+            return node
+        except LabError as exc:
+            if "address already in use" not in str(exc) or attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 def _reuse_node(node: Node, image: str) -> bool:
     """Keep a node of an earlier `up`: running as is, or stopped and started again."""
     info = _container_info(node.container)
@@ -192,9 +206,8 @@ def up(name: str, count: int, os_list: str, inventory: str | None, log=print) ->
         if node and node.os == spec.key and _reuse_node(node, images[spec.key]):
             nodes.append(node)
             continue
-        node = Node(node_name, spec.key, _free_port(), f"gpustack-{name}-node{index + 1}")
-        _start_node(node, images[spec.key], key, spec.init)
-        nodes.append(node)
+        container = f"gpustack-{name}-node{index + 1}"
+        nodes.append(_start_new_node(node_name, spec, container, images[spec.key], key))
     for stale in set(old_nodes) - {n.name for n in nodes}:
         run(["podman", "rm", "-f", "-i", old_nodes[stale].container], check=False)
     for node in nodes:

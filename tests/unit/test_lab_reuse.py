@@ -48,3 +48,34 @@ def test_a_stopped_node_is_started_again(podman):
     answers["state"] = "exited"
     assert nodes._reuse_node(NODE, IMAGE) is True
     assert calls == [["podman", "start", NODE.container]]
+
+
+def test_a_port_taken_before_podman_binds_it_is_replaced(monkeypatch):
+    ports, started = iter([41001, 41002]), []
+
+    def start(node, image, key, init):
+        started.append(node.port)
+        if node.port == 41001:
+            raise nodes.LabError(
+                "`podman run -d --name …` failed: bind: address already in use", ""
+            )
+
+    monkeypatch.setattr(nodes, "_free_port", lambda: next(ports))
+    monkeypatch.setattr(nodes, "_start_node", start)
+    spec = nodes.OS_SPECS["debian12"]
+    node = nodes._start_new_node("demo-node1", spec, "gpustack-demo-node1", IMAGE, None)
+    assert (node.port, started) == (41002, [41001, 41002])
+
+
+def test_other_start_failures_are_not_retried(monkeypatch):
+    started = []
+
+    def start(node, image, key, init):
+        started.append(node.port)
+        raise nodes.LabError("`podman run -d --name …` failed: no such image", "")
+
+    monkeypatch.setattr(nodes, "_free_port", lambda: 41003)
+    monkeypatch.setattr(nodes, "_start_node", start)
+    with pytest.raises(nodes.LabError, match="no such image"):
+        nodes._start_new_node("demo-node1", nodes.OS_SPECS["debian12"], "c", IMAGE, None)
+    assert started == [41003]
