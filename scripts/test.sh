@@ -16,16 +16,14 @@ offenders=$(grep -rlE '^\s*(import|from) ansible_runner' gpustack | grep -v '^gp
 echo "== only gpustack/k8s/cluster/ imports the kubernetes client"
 offenders=$(grep -rlE '^\s*(import|from) kubernetes(\s|\.|$)' gpustack | grep -v '^gpustack/k8s/cluster/' || true)
 [ -z "$offenders" ] || { echo "kubernetes imported outside gpustack/k8s/cluster/: $offenders"; exit 1; }
+# pytest-xdist: the unit tests on every core; lab files on GPUSTACK_LAB_WORKERS workers (default 2),
+# each file on one worker with its own nodes, longest first (tests/lab/conftest.py).
 echo "== unit tests"
-pytest -q tests
+pytest -q -n auto tests
 echo "== upgrade makespan benchmark (simulated fleets of 200 and 1,000 nodes; exits non-zero if its targets are missed)"
 python benchmarks/upgrade_makespan.py
 echo "== lab tests (podman systemd nodes)"
 python -c 'from gpustack.lab import podman as p; print("cgroup layout:", p.cgroup_layout(), "| lab OCI runtime:", p.oci_runtime() or "podman default")'
-pytest -q -m lab tests/lab
-echo "== molecule scenarios (lab nodes; docs/molecule.md)"
-for scenario in default upgrade; do
-    start=$SECONDS
-    molecule test -s "$scenario"
-    echo "molecule test -s $scenario: passed in $((SECONDS - start)) s"
-done
+echo "(the Molecule scenarios default and upgrade run in it: tests/lab/test_molecule_*.py)"
+pytest -q -m lab -n "${GPUSTACK_LAB_WORKERS:-2}" --dist loadfile --no-loadscope-reorder \
+    --durations 25 tests/lab

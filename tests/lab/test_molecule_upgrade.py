@@ -1,0 +1,11 @@
+"""`molecule test -s upgrade` on lab nodes, inside the lab suite (tests/lab/molecule_scenario.py)."""
+
+import pytest
+
+from tests.lab.molecule_scenario import molecule_test
+
+pytestmark = pytest.mark.lab
+
+
+def test_molecule_upgrade_scenario_passes():
+    molecule_test("upgrade")
