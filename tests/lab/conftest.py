@@ -18,15 +18,18 @@ HERE = Path(__file__).parent
 # (docs/lab.md, `--durations 25`); the rest keep their order.
 LONGEST_FIRST = (
     "test_runtime.py",
+    "test_molecule_default.py",
     "test_credentials.py",
     "test_driver.py",
-    "test_molecule_default.py",
+    "test_fastpath.py",
+    "test_kill_rerun.py",
+    "test_molecule_upgrade.py",
+    "test_docker_engine.py",
+    "test_fleet.py",
     "test_mig.py",
     "test_lab.py",
     "test_upgrade.py",
-    "test_molecule_upgrade.py",
     "test_smoke.py",
-    "test_fastpath.py",
 )
 
 
