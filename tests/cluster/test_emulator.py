@@ -145,3 +145,22 @@ def test_logs_proxy_and_fault_injection(cluster, api):
     with pytest.raises(ApiException) as info:
         core.list_node()
     assert info.value.status == 500
+
+
+def test_reactions_and_the_request_count_outlive_kmocks_trimmed_history(cluster, api):
+    """kmock's views see the last KMOCK_HISTORY requests only (its matching walks that history on
+    every request); the emulator's count keeps every request, and a reaction still answers."""
+    from tests.cluster.emulator.kmock_adapter import KMOCK_HISTORY
+
+    emu = cluster.emulator
+    emu.add_node("n1")
+    core = client.CoreV1Api(api)
+    before = emu.count("GET", "/api/v1/nodes/n1")
+    for _ in range(KMOCK_HISTORY + 10):
+        core.read_node("n1")
+    assert emu.count("GET", "/api/v1/nodes/n1") == before + KMOCK_HISTORY + 10
+    assert len(emu._requests) <= KMOCK_HISTORY
+    emu["get", re.compile("/api/v1/nodes/n1")] << 503
+    with pytest.raises(ApiException) as info:
+        core.read_node("n1")
+    assert info.value.status == 503

@@ -5,6 +5,12 @@ kmock 0.8 (`kmock.KubernetesScaffold`) gives an aiohttp server (`kmock.Server`),
 errors, a request log and its reaction DSL, so a test can inject a fault:
 `emu["get", re.compile("/api/v1/nodes")] << 500` (reactions beat the emulated API server).
 
+kmock decides which reaction answers a request with `request in view`, which walks the view's
+whole request history: every request cost grew with the requests before it (a 50-node rollout
+spent most of its 110 s there). The history kmock's views see is therefore the last
+`KMOCK_HISTORY` requests; the emulator's own `request_log` (`count`, `request_bodies`) keeps every one.
+A test that needs a reaction on the Nth request counts with `count`, not with kmock slices.
+
 Everything else in the emulator sees plain `ApiRequest` objects and answers
 `(status, payload, content type)`; kmock's private modules are imported here only.
 """
@@ -25,6 +31,7 @@ from tests.cluster.emulator.errors import ApiError
 from tests.cluster.emulator.kinds import VERBS, Kind
 
 JSON = "application/json"
+KMOCK_HISTORY = 64  # what kmock's views see (see above); matching is synchronous, so 1 would do
 
 
 @dataclass
@@ -73,6 +80,7 @@ class KmockServer(kmock.KubernetesScaffold):
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
         self.server_errors: list[BaseException] = []
+        self.request_log: list[rendering.Request] = []  # every request served, in order
         self.fallback[re.compile(r"/apis?/.*|/version/")] << self._serve
 
     # -- what subclasses provide --------------------------------------------------------
@@ -97,7 +105,7 @@ class KmockServer(kmock.KubernetesScaffold):
     def count(self, method: str | None = None, path: str | re.Pattern | None = None) -> int:
         """How many requests were served, optionally by HTTP method and path (regex: fullmatch)."""
         total = 0
-        for request in list(self._requests):
+        for request in list(self.request_log):
             if method and request.method.value.upper() != method.upper():
                 continue
             if path is not None:
@@ -113,7 +121,7 @@ class KmockServer(kmock.KubernetesScaffold):
         """Parsed bodies of the requests whose path ends with `path_suffix`."""
         return [
             r.data
-            for r in list(self._requests)
+            for r in list(self.request_log)
             if r.method.value.upper() == method.upper() and r.url.path.endswith(path_suffix)
         ]
 
@@ -133,7 +141,7 @@ class KmockServer(kmock.KubernetesScaffold):
         if group is not None:
             resource = kmock.resource(group=group, version=version, plural=plural)
         request = rendering.Request(
-            id=len(self._requests),
+            id=len(self.request_log),
             raw_request=raw_request,
             url=raw_request.url,
             method=raw_request.method,
@@ -148,7 +156,9 @@ class KmockServer(kmock.KubernetesScaffold):
             name=name,
             subresource=sub,
         )
+        self.request_log.append(request)
         self._requests.append(request)
+        del self._requests[:-KMOCK_HISTORY]
         try:
             return await self._handle(request)
         except kmock.KubernetesError as exc:
