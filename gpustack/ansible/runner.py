@@ -11,10 +11,13 @@ import os
 import queue
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -151,6 +154,27 @@ def _guard(data_dir: Path, playbook: Path) -> Path:
     return shim
 
 
+@contextmanager
+def _ctrl_c_cancels(canceled: dict[str, bool]) -> Iterator[None]:
+    """The first Ctrl-C anywhere in a run asks the runner to stop ansible-playbook; the second
+    interrupts. Without this, a Ctrl-C while ansible-runner was still starting left its thread
+    and ansible-playbook running until the SSH timeout. Main thread only (signal's rule)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def on_sigint(signum, frame) -> None:
+        if canceled["requested"]:
+            raise KeyboardInterrupt
+        canceled["requested"] = True
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def run_playbook(
     spec: RunSpec,
     on_update: Callable[[RunTracker, dict], None] | None = None,
@@ -158,11 +182,21 @@ def run_playbook(
 ) -> RunResult:
     """Run `spec`; `on_update` is called on the caller's thread after each event;
     `cancel() -> True` stops the run (as Ctrl-C does)."""
+    canceled = {"requested": False}
+    with _ctrl_c_cancels(canceled):
+        return _run(spec, on_update, cancel, canceled)
+
+
+def _run(
+    spec: RunSpec,
+    on_update: Callable[[RunTracker, dict], None] | None,
+    cancel: Callable[[], bool] | None,
+    canceled: dict[str, bool],
+) -> RunResult:
     data_dir = _private_data_dir(spec.playbook)
     limit_file = data_dir / "limit.txt"
     limit_file.write_text("\n".join(spec.hosts) + "\n", encoding="utf-8")
     events: queue.Queue[dict] = queue.Queue()
-    canceled = {"requested": False}
     # Secrets never reach ansible-runner's env/extravars: a 0600 file, gone once read.
     extravars, secret_file = _secret_vars(data_dir, spec.extravars)
     cmdline = " ".join(

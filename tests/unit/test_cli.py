@@ -234,8 +234,11 @@ def test_plan_runs_in_check_mode(tmp_path, state_dir):
     assert "--check" in command and "--diff" in command
 
 
-def test_ctrl_c_cancels_the_run(tmp_path, state_dir):
-    """SSH to a port that accepts but never speaks hangs; SIGINT must cancel cleanly."""
+@pytest.mark.parametrize("delay", [2, 0], ids=["ansible-playbook-waiting", "runner-starting"])
+def test_ctrl_c_cancels_the_run(tmp_path, state_dir, delay):
+    """SSH to a port that accepts but never speaks hangs; SIGINT must cancel cleanly, also while
+    ansible-runner is still starting (a loaded CI machine once sent it there: the run went on
+    until the SSH timeout)."""
     import signal
     import socket
     import subprocess
@@ -257,7 +260,7 @@ def test_ctrl_c_cancels_the_run(tmp_path, state_dir):
         deadline = time.monotonic() + 30
         while not runs_started(state_dir) and time.monotonic() < deadline:
             time.sleep(0.2)
-        time.sleep(2)  # ansible-playbook is now waiting on the silent SSH server
+        time.sleep(delay)  # 2: ansible-playbook is now waiting on the silent SSH server
         started = time.monotonic()
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=20)
