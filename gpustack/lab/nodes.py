@@ -119,15 +119,16 @@ def _start_node(node: Node, image: str, key: Path, init: str) -> None:
 def _start_new_node(name: str, spec, container: str, image: str, key: Path) -> Node:
     """Start a node on a free port; another lab starting at the same time (the lab suite runs
     files in parallel) may take that port before podman binds it: then take another."""
-    for attempt in range(3):
+    tries_left = 3
+    while True:
         node = Node(name, spec.key, _free_port(), container)
         try:
             _start_node(node, image, key, spec.init)
             return node
         except LabError as exc:
-            if "address already in use" not in str(exc) or attempt == 2:
+            tries_left -= 1
+            if "address already in use" not in str(exc) or not tries_left:
                 raise
-    raise AssertionError("unreachable")
 
 
 def _reuse_node(node: Node, image: str) -> bool:
