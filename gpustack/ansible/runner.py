@@ -157,8 +157,8 @@ def _guard(data_dir: Path, playbook: Path) -> Path:
 @contextmanager
 def _ctrl_c_cancels(canceled: dict[str, bool]) -> Iterator[None]:
     """The first Ctrl-C anywhere in a run asks the runner to stop ansible-playbook; the second
-    interrupts. Without this, a Ctrl-C while ansible-runner was still starting left its thread
-    and ansible-playbook running until the SSH timeout. Main thread only (signal's rule)."""
+    interrupts. Without this, a Ctrl-C while ansible-runner was still starting could leave its
+    thread and ansible-playbook running until the SSH timeout. Main thread only (signal's rule)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
