@@ -8,8 +8,9 @@ errors, a request log and its reaction DSL, so a test can inject a fault:
 kmock decides which reaction answers a request with `request in view`, which walks the view's
 whole request history: every request cost grew with the requests before it (a 50-node rollout
 spent most of its 110 s there). The history kmock's views see is therefore the last
-`KMOCK_HISTORY` requests; the emulator's own `request_log` (`count`, `request_bodies`) keeps every one.
-A test that needs a reaction on the Nth request counts with `count`, not with kmock slices.
+`KMOCK_HISTORY` requests; the emulator's own `request_log` (`count`, `request_bodies`) keeps
+every one. A test that needs a reaction on the Nth request counts with `count`, not with kmock
+slices.
 
 Everything else in the emulator sees plain `ApiRequest` objects and answers
 `(status, payload, content type)`; kmock's private modules are imported here only.
@@ -31,7 +32,7 @@ from tests.cluster.emulator.errors import ApiError
 from tests.cluster.emulator.kinds import VERBS, Kind
 
 JSON = "application/json"
-KMOCK_HISTORY = 64  # what kmock's views see (see above); matching is synchronous, so 1 would do
+KMOCK_HISTORY = 64  # the requests kmock's views see (see above)
 
 
 @dataclass
