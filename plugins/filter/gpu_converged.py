@@ -77,6 +77,23 @@ def redact_inputs(inputs):
     return dict((name, redact_value(name, value)) for name, value in (inputs or {}).items())
 
 
+def decide(facts, content):
+    """The converged decision for one host, in the play (install and plan's fast path): the
+    probe's facts -> {converged, reasons, published}. The rules are gpustack's own
+    (gpustack/fleet/converged.py); the CLI that passes the content hash provides them."""
+    try:
+        from gpustack.fleet import converged
+    except ImportError as err:
+        from ansible.errors import AnsibleFilterError
+
+        raise AnsibleFilterError(
+            "gpu_converged_decide needs the gpustack package on the controller "
+            "(only `gpustack install` and `gpustack plan` turn the converged check on)"
+        ) from err
+    decision = converged.decide("", facts or {}, content)
+    return dict(decision.to_dict(), published=decision.published)
+
+
 class FilterModule(object):
     def filters(self):
-        return {"gpu_converged_redact": redact_inputs}
+        return {"gpu_converged_redact": redact_inputs, "gpu_converged_decide": decide}

@@ -350,32 +350,58 @@ def _result(hosts, playbook, status="successful"):
     return RunResult(playbook, status, 0, f"/runs/{playbook}", hosts)
 
 
-def test_install_runs_site_only_on_hosts_that_are_not_converged(monkeypatch):
+def _filter_decide():
+    """The play's decision filter (plugins/filter/gpu_converged.py), loaded as Ansible does."""
+    import importlib.util
+
+    path = paths.content_root() / "plugins/filter/gpu_converged.py"
+    spec = importlib.util.spec_from_file_location("gpu_converged_filter", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.FilterModule().filters()["gpu_converged_decide"]
+
+
+def test_the_plays_filter_decides_as_the_controller_and_hands_back_the_published_facts():
+    decide = _filter_decide()
+    assert decide(host_facts(), CONTENT) == {
+        "converged": True,
+        "reasons": [],
+        "published": converged.decide("x", host_facts(), CONTENT).published,
+    }
+    stale = decide(host_facts(), "other")
+    assert (stale["converged"], len(stale["reasons"]), stale["published"]) == (False, 3, {})
+    assert decide({}, CONTENT) == {"converged": False, "reasons": ["no probe facts"],
+                                   "published": {}}  # fmt: skip
+
+
+def test_install_runs_site_once_and_reports_the_hosts_the_play_proved_converged(monkeypatch):
     inventory = Inventory(path=paths.content_root(), target_group="all", hosts=["a", "b", "c"])
     calls = []
-    probe_hosts = {
-        "a": HostResult("a", ok=5, started=True, facts=host_facts()),
-        "b": HostResult("b", ok=5, started=True, facts=host_facts(age=None)),
-        "c": HostResult("c", unreachable=True, unreachable_message="no route", started=True),
-    }
+    decide = _filter_decide()
+    probed = {"a": host_facts(), "b": host_facts(age=None)}
 
     def play(playbook, inv, variables, opts, title, check=False, diff=False):
-        calls.append((playbook, list(inv.hosts), variables.get(converged.CONTENT_VAR)))
-        if playbook == "converged.yml":
-            return _result(copy.deepcopy(probe_hosts), playbook, "failed")
-        return _result({"b": HostResult("b", ok=90, changed=1, started=True)}, playbook)
+        calls.append((playbook, list(inv.hosts), variables.get(fastpath.CHECK_VAR)))
+        hosts = {
+            h: HostResult(h, ok=ok, changed=changed, started=True,
+                          facts={**facts, "gpustack_converged": decide(facts, CONTENT)})
+            for h, facts, ok, changed in (("a", probed["a"], 4, 0), ("b", probed["b"], 90, 1))
+        }  # fmt: skip
+        hosts["c"] = HostResult("c", unreachable=True, unreachable_message="no route", started=True)
+        return _result(hosts, playbook, "failed")
 
     monkeypatch.setattr(fastpath, "_play", play)
     monkeypatch.setattr(converged, "content_hash", lambda: CONTENT)
     result = fastpath.run_site(HostOptions("inv"), (inventory, {}, None), "t")
-    assert calls == [("converged.yml", ["a", "b", "c"], CONTENT), ("site.yml", ["b"], CONTENT)]
+    assert calls == [("site.yml", ["a", "b", "c"], CONTENT)]  # one run, the check on
     a, b, c = result.hosts["a"], result.hosts["b"], result.hosts["c"]
     assert (a.status, a.converged, a.changed) == ("ok", True, 0)
     assert a.facts["gpustack_converged"] == {"converged": True, "reasons": []}
     assert a.facts["gpustack_nvidia_driver"] == {"recorded": True}  # published, from the stamp
     assert "gpustack_converged_probe" not in a.facts
     assert (b.converged, b.ok, b.facts["gpustack_converged"]["converged"]) == (False, 90, False)
-    assert c.unreachable  # reported from the probe, not tried twice
+    assert "published" not in b.facts["gpustack_converged"]
+    assert c.unreachable and not c.converged
     assert int(result.exit_code) == 4
 
 
@@ -385,6 +411,7 @@ def test_full_and_tags_run_site_on_every_host(monkeypatch):
 
     def play(playbook, inv, variables, opts, title, check=False, diff=False):
         calls.append((playbook, list(inv.hosts), converged.CONTENT_VAR in variables))
+        assert fastpath.CHECK_VAR not in variables  # no converged check: every host runs
         return _result({h: HostResult(h, started=True) for h in inv.hosts}, playbook)
 
     monkeypatch.setattr(fastpath, "_play", play)

@@ -28,18 +28,24 @@ def test_uninstall_runs_in_reverse_lifecycle_order():
         ("nvidia_driver", "uninstall.yml"),
     ]
     (site,) = yaml.safe_load((ROOT / "playbooks/site.yml").read_text())
-    assert [r["role"] for r in site["roles"]] == ["gpu_preflight"]
+    assert "roles" not in site
     imports = [
         t["ansible.builtin.import_role"]
         for t in site["tasks"]
         if "ansible.builtin.import_role" in t
     ]
-    # The driver's refusals first (they promise no change), then the toolkit's source and version
-    # (no package changed yet), then the roles in order.
-    assert imports[0] == {"name": "nvidia_driver", "tasks_from": "preflight"}
-    assert imports[1] == {"name": "nvidia_container_toolkit", "tasks_from": "resolve"}
-    install_order = [i["name"] for i in imports[2:]]
-    assert all("tasks_from" not in i for i in imports[2:])
+    # The probe, the converged check (a converged host ends there) and the refusals; the driver's
+    # refusals (they promise no change), then the toolkit's source and version (no package
+    # changed yet), then the roles in order.
+    assert [(i["name"], i.get("tasks_from")) for i in imports[:5]] == [
+        ("gpu_preflight", "probe"),
+        ("gpu_converged", "check"),
+        ("gpu_preflight", "refuse"),
+        ("nvidia_driver", "preflight"),
+        ("nvidia_container_toolkit", "resolve"),
+    ]
+    install_order = [i["name"] for i in imports[5:]]
+    assert all("tasks_from" not in i for i in imports[5:])
     mig, stamps = site["tasks"][-2:]  # MIG included last, only where a layout is set; then stamps
     assert "gpustack.gpustack.gpustack_converged" in stamps
     assert mig["ansible.builtin.include_role"]["name"] == "nvidia_mig"
