@@ -22,9 +22,11 @@ CHECK_VAR = "gpustack_converged_check"
 def _skipped(host: HostResult, decision: dict) -> HostResult:
     """A converged host as the report shows it: no change, the facts its roles published when
     they last ran (kept in their stamps)."""
-    facts = {k: v for k, v in host.facts.items() if k not in PROBE_FACTS}
-    facts.update(decision.get("published") or {})
-    facts["gpustack_converged"] = {"converged": True, "reasons": decision.get("reasons") or []}
+    facts = {
+        **host.facts,
+        **(decision.get("published") or {}),
+        "gpustack_converged": {"converged": True, "reasons": decision.get("reasons") or []},
+    }
     return dataclasses.replace(host, facts=facts, converged=True, changed=0, changes=[])
 
 
@@ -40,6 +42,8 @@ def run_site(opts, validated, title: str, check=False, diff=False, full=False) -
     result = _play("site.yml", inventory, variables, opts, title, check, diff)
     for name, host in result.hosts.items():
         decision = host.facts.get("gpustack_converged")
+        for key in PROBE_FACTS:  # the check's inputs (stamps included), not the report's
+            host.facts.pop(key, None)
         if not isinstance(decision, dict):
             continue
         if decision.get("converged") and not host.failed and not host.unreachable:

@@ -401,6 +401,7 @@ def test_install_runs_site_once_and_reports_the_hosts_the_play_proved_converged(
     assert "gpustack_converged_probe" not in a.facts
     assert (b.converged, b.ok, b.facts["gpustack_converged"]["converged"]) == (False, 90, False)
     assert "published" not in b.facts["gpustack_converged"]
+    assert not {"gpustack_converged_probe", "gpustack_runtime_loaded"} & set(b.facts)
     assert c.unreachable and not c.converged
     assert int(result.exit_code) == 4
 
