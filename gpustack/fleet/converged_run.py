@@ -19,14 +19,10 @@ PROBE_FACTS = ("gpustack_converged_probe", "gpustack_converged_desired", "gpusta
 CHECK_VAR = "gpustack_converged_check"
 
 
-def _skipped(host: HostResult, decision: dict) -> HostResult:
+def _skipped(host: HostResult, published: dict) -> HostResult:
     """A converged host as the report shows it: no change, the facts its roles published when
     they last ran (kept in their stamps)."""
-    facts = {
-        **host.facts,
-        **(decision.get("published") or {}),
-        "gpustack_converged": {"converged": True, "reasons": decision.get("reasons") or []},
-    }
+    facts = {**host.facts, **published}
     return dataclasses.replace(host, facts=facts, converged=True, changed=0, changes=[])
 
 
@@ -46,11 +42,11 @@ def run_site(opts, validated, title: str, check=False, diff=False, full=False) -
             host.facts.pop(key, None)
         if not isinstance(decision, dict):
             continue
-        if decision.get("converged") and not host.failed and not host.unreachable:
-            result.hosts[name] = _skipped(host, decision)
-        else:
-            host.facts["gpustack_converged"] = {
-                "converged": False,
-                "reasons": decision.get("reasons") or [],
-            }
+        skip = bool(decision.get("converged")) and not host.failed and not host.unreachable
+        host.facts["gpustack_converged"] = {
+            "converged": skip,
+            "reasons": decision.get("reasons") or [],
+        }
+        if skip:
+            result.hosts[name] = _skipped(host, decision.get("published") or {})
     return result

@@ -16,6 +16,7 @@ from gpustack.commands import HostOptions
 from gpustack.fleet import converged
 from gpustack.fleet import converged_run as fastpath
 from tests.unit.host_modules import utils
+from tests.unit.test_driver_filters import load
 
 module = utils("gpustack_stamps")
 
@@ -351,14 +352,9 @@ def _result(hosts, playbook, status="successful"):
 
 
 def _filter_decide():
-    """The play's decision filter (plugins/filter/gpu_converged.py), loaded as Ansible does."""
-    import importlib.util
-
-    path = paths.content_root() / "plugins/filter/gpu_converged.py"
-    spec = importlib.util.spec_from_file_location("gpu_converged_filter", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.FilterModule().filters()["gpu_converged_decide"]
+    """The play's decision filter (plugins/filter/gpu_converged.py)."""
+    plugin = load("plugins/filter/gpu_converged.py", "gc_decide_filters")
+    return plugin.FilterModule().filters()["gpu_converged_decide"]
 
 
 def test_the_plays_filter_decides_as_the_controller_and_hands_back_the_published_facts():
