@@ -66,11 +66,10 @@ KILL_POINTS = [
     ("Install the toolkit packages at exactly that version", "toolkit"),  # driver skipped by tags
     (HOLD_TOOLKIT, "toolkit"),
     (
-        "Keep what existed before gpustack's first change, mark a containerd restart pending",
+        "Keep what existed, mark a containerd restart pending, write the nvidia runtime drop-in "
+        "and the import (every other line kept)",
         "runtime",
     ),
-    ("Write the nvidia runtime drop-in", "runtime"),
-    ("Import the drop-ins from the main configuration (every other line kept)", "runtime"),
     ("Check the new effective configuration", "runtime"),
     (
         "Restart containerd (effective configuration changed, or not loaded yet), wait until it "

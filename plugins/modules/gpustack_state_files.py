@@ -17,10 +17,13 @@ description:
   - A directory item is created (parents too) with its mode. A file item is written atomically
     (a temporary file in the same directory, then a rename) with its mode, from C(content), or
     as a copy of the host file C(src). C(keep) writes it only when the destination does not exist
-    yet (as copy's C(force=false)). An item with C(write=false) is passed over.
+    yet (as copy's C(force=false)). C(backup) first copies an existing destination whose content
+    changes next to it, named as ansible.builtin.copy names its backups, and gives that path as
+    the change's C(backup). An item with C(write=false) is passed over.
   - For files gpustack owns (its records, backups and markers, its apt pins, its nouveau
-    blacklist); the user's configuration files are written by ansible.builtin.copy (backup,
-    validation, ownership).
+    blacklist), and for containerd's drop-in and main configuration, written with C(backup) in
+    the same call as the records that must precede them (an existing file keeps its owner and
+    group: the rename takes them over, as ansible.builtin.copy does).
   - Check mode writes nothing and reports what would change; diff mode gives the before and after
     of content items.
 options:
@@ -30,8 +33,8 @@ options:
     required: true
     description:
       - "dest: the path (required); state: file (default) or directory; content or src (file
-        items); mode (octal string; 0644 for files, 0755 for directories); keep (bool); write
-        (bool, default true)."
+        items); mode (octal string; 0644 for files, 0755 for directories); keep (bool); backup
+        (bool); write (bool, default true)."
 author: gpustack
 """
 
@@ -40,7 +43,9 @@ changes:
   description: What changed (or would change in check mode), in order.
   type: list
   elements: dict
-  sample: [{"path": "/var/lib/gpustack/container_runtime.json", "action": "created"}]
+  sample: [{"path": "/var/lib/gpustack/container_runtime.json", "action": "created"},
+           {"path": "/etc/containerd/config.toml", "action": "updated",
+            "backup": "/etc/containerd/config.toml.1234.2026-11-28@22:10:00~"}]
 """
 
 import os
@@ -48,7 +53,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-_KEYS = {"dest", "state", "content", "src", "mode", "keep", "write"}
+_KEYS = {"dest", "state", "content", "src", "mode", "keep", "write", "backup"}
 
 
 def _mode(item, default):
@@ -96,7 +101,8 @@ def _file(module, item, changes, diffs):
     if before == data and os.stat(path).st_mode & 0o7777 == mode:
         return
     action = "created" if before is None else ("updated" if before != data else "mode")
-    changes.append({"path": path, "action": action})
+    change = {"path": path, "action": action}
+    changes.append(change)
     if module._diff and not item.get("src"):
         diffs.append({
             "before_header": path, "after_header": path,
@@ -104,6 +110,11 @@ def _file(module, item, changes, diffs):
         })  # fmt: skip
     if module.check_mode:
         return
+    if action == "updated" and module.boolean(item.get("backup", False)):
+        try:
+            change["backup"] = module.backup_local(path)
+        except Exception as exc:  # backup_local raises a bare Exception
+            raise OSError("%s: %s" % (path, exc)) from None
     prefix = "." + os.path.basename(path) + "."
     handle, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".", prefix=prefix)
     try:

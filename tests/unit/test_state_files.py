@@ -205,3 +205,30 @@ def test_restart_without_systemctl_says_so(tmp_path):
     assert result["msg"] == (
         "cannot restart containerd: systemctl is not installed (the host does not run systemd)"
     )
+
+
+def test_backup_keeps_the_previous_content_as_copy_names_it(tmp_path):
+    """containerd's drop-in and main configuration are written with backup: an existing file
+    whose content changes is copied next to it first (copy's name: FILE.PID.DATE@TIME~) and the
+    change names the copy; a new file, an unchanged one and check mode make none."""
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    config, dropin = etc / "config.toml", etc / "99-nvidia.toml"
+    config.write_text("version = 2\n# the user's\n")
+    config.chmod(0o600)
+    args = {"items": [{"dest": str(config), "content": "version = 2\nimports = []\n",
+                       "backup": True},
+                      {"dest": str(dropin), "content": "# nvidia\n", "backup": True}]}  # fmt: skip
+    planned = run(tmp_path, STATE_FILES, args, check=True)
+    assert [c.get("backup") for c in planned["changes"]] == [None, None]
+    assert sorted(p.name for p in etc.iterdir()) == ["config.toml"]
+    result = run(tmp_path, STATE_FILES, args)
+    backup = result["changes"][0]["backup"]
+    assert result["changes"][0]["action"] == "updated" and backup.endswith("~")
+    assert os.path.basename(backup).startswith("config.toml.")
+    assert open(backup).read() == "version = 2\n# the user's\n"
+    assert result["changes"][1] == {"path": str(dropin), "action": "created"}
+    assert config.read_text() == "version = 2\nimports = []\n" and mode(config) == 0o644
+    again = run(tmp_path, STATE_FILES, args)
+    assert again["changed"] is False
+    assert len(list(etc.glob("config.toml.*~"))) == 1
