@@ -11,6 +11,7 @@ against real systemd and containerd (tests/lab/test_runtime.py, test_kill_rerun.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from gpustack.ansible.results import TaskChange
 from gpustack.fleet.plan_summary import summarize
@@ -226,7 +227,7 @@ def test_backup_keeps_the_previous_content_as_copy_names_it(tmp_path):
     backup = result["changes"][0]["backup"]
     assert result["changes"][0]["action"] == "updated" and backup.endswith("~")
     assert os.path.basename(backup).startswith("config.toml.")
-    assert open(backup).read() == "version = 2\n# the user's\n"
+    assert Path(backup).read_text() == "version = 2\n# the user's\n"
     assert result["changes"][1] == {"path": str(dropin), "action": "created"}
     assert config.read_text() == "version = 2\nimports = []\n" and mode(config) == 0o644
     again = run(tmp_path, STATE_FILES, args)
