@@ -23,7 +23,7 @@ description:
   - For files gpustack owns (its records, backups and markers, its apt pins, its nouveau
     blacklist), and for containerd's drop-in and main configuration, written with C(backup) in
     the same call as the records that must precede them (an existing file keeps its owner and
-    group: the rename takes them over, as ansible.builtin.copy does).
+    group, which the rename takes over as ansible.builtin.copy does).
   - Check mode writes nothing and reports what would change; diff mode gives the before and after
     of content items.
 options:
