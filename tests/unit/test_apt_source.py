@@ -540,4 +540,13 @@ def test_the_conflict_check_reads_the_sources_alone(env, tmp_path, repo, monkeyp
     assert "Conflicting values set for option Signed-By" in reason
     assert not list(tmp_path.glob("gpustack-apt-lists-*"))  # its empty lists are removed
     assert list(env["lists"].iterdir()) == [env["lists"] / "partial"]
+    # the host's package state is not read: a dpkg status apt cannot parse (which made the old
+    # check build a cache and fail) is not blamed on the sources
+    broken = tmp_path / "status"
+    broken.write_text("Package: x\nStatus: install ok installed\nVersion 1\n garbage\n")
+    (parts / "theirs.list").unlink()
+    assert (
+        m.sources_error(str(parts), "/dev/null", [*env["options"], f"Dir::State::status={broken}"])
+        == ""
+    )
     tempfile.tempdir = None
