@@ -181,6 +181,7 @@ _DETAIL_KEYS = (
     "mig",  # the nvidia_mig module's document: its check mode says what would change
     "files",  # gpustack_apt_source: every file the source's change writes or removes
     "would_restart",  # gpustack_restart in check mode (uninstall's restarts)
+    "changes",  # gpustack_state_files: each file or directory it writes, as {path, action}
 )
 
 
@@ -189,6 +190,8 @@ def _details(res: dict[str, Any]) -> dict[str, Any]:
     details = {k: res[k] for k in _DETAIL_KEYS if k in res and res[k] not in (None, "")}
     if not isinstance(details.get("files"), list):  # paths only (gpustack_reads' are contents)
         details.pop("files", None)
+    if not isinstance(details.get("changes"), list):
+        details.pop("changes", None)
     if isinstance(res.get("results"), list):  # a loop: keep the items that changed
         details["items"] = [
             {k: item[k] for k in _DETAIL_KEYS if k in item and item[k] not in (None, "")}

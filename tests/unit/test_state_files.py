@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from gpustack.ansible.results import TaskChange
+from gpustack.ansible.results import RunTracker
 from gpustack.fleet.plan_summary import summarize
 from tests.conftest import ROOT
 from tests.unit.host_modules import run_module
@@ -39,6 +39,16 @@ def run(tmp_path, module, args, check=False, diff=False) -> dict:
         {"systemctl": FAKE_SYSTEMCTL},
         {"FAKE_DIR": str(tmp_path)},
     )
+
+
+def planned(task, action, result):
+    """`plan`'s summary of a module result, through the tracker as ansible-runner's events reach it
+    (a TaskChange built by hand skipped the tracker's choice of keys and hid a lost file list)."""
+    tracker = RunTracker(["n1"])
+    tracker.handle({"event": "runner_on_ok", "event_data": {
+        "host": "n1", "task": task, "role": "container_runtime", "resolved_action": action,
+        "res": result}})  # fmt: skip
+    return summarize(tracker.hosts["n1"].changes)
 
 
 def items(tmp_path, marker=True):
@@ -101,9 +111,7 @@ def test_check_mode_writes_nothing_and_diff_shows_content(tmp_path):
     assert {d["after_header"]: d["after"] for d in result["diff"]} == {
         str(tmp_path / "state/record.json"): '{"kind": "containerd"}\n',
         str(tmp_path / "state/restart-pending"): "pending\n"}  # fmt: skip
-    plan = summarize([TaskChange(task="Keep what existed", action=
-                                 "gpustack.gpustack.gpustack_state_files", role="container_runtime",
-                                 diff=result["diff"], details=result)])  # fmt: skip
+    plan = planned("Keep what existed", "gpustack.gpustack.gpustack_state_files", result)
     assert [f["path"] for f in plan.files] == [c["path"] for c in result["changes"]]
     assert plan.files[2]["diff"][0]["after"] == '{"kind": "containerd"}\n'
 
@@ -169,30 +177,12 @@ def test_restart_check_mode_does_nothing_and_plan_says_restart(tmp_path):
     result = run(tmp_path, RESTART, {"name": "docker", "remove": [str(marker)]}, check=True)
     assert result["changed"] is True and marker.exists()
     assert not (tmp_path / "systemctl.log").exists()
-    plan = summarize(
-        [
-            TaskChange(
-                task="Restart Docker",
-                role="container_runtime",
-                action="gpustack.gpustack.gpustack_restart",
-                details=result,
-            )
-        ]
-    )
+    plan = planned("Restart Docker", "gpustack.gpustack.gpustack_restart", result)
     assert plan.services == ["docker: would restart"]
     cleared = run(tmp_path, RESTART, {"name": "containerd", "restart": False,
                                       "remove": [str(marker)]}, check=True)  # fmt: skip
     assert cleared["changed"] is True
-    plan = summarize(
-        [
-            TaskChange(
-                task="Wait",
-                role="container_runtime",
-                action="gpustack.gpustack.gpustack_restart",
-                details=cleared,
-            )
-        ]
-    )
+    plan = planned("Wait", "gpustack.gpustack.gpustack_restart", cleared)
     assert plan.services == [] and plan.other == []
 
 
