@@ -212,8 +212,8 @@ def test_a_mask_left_by_a_stopped_run_is_drift_and_install_lifts_it(lab):
     assert install(lab, "-e", f"nvidia_driver_version={OLD}")["rc"] == 0  # fast path sees it too
     unit = "nvidia-persistenced.service"
     assert ssh(lab, host, f"systemctl is-enabled {unit}").stdout.strip() == "enabled"
-    # Disabled by hand: the unit state read after the transaction says so, and the enable task
-    # (skipped when that read finds it enabled) runs.
+    # Disabled by hand: drift against the driver's stamp (its unit states), so install runs the
+    # full play on the host and its enable task enables the unit again.
     ssh(lab, host, f"systemctl disable {unit}")
     doc = install(lab, "-e", f"nvidia_driver_version={OLD}")
     assert doc["rc"] == 0 and doc["hosts"][host]["changed"] > 0, doc
