@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -148,9 +146,7 @@ def main() -> int:
 def report(times: dict[str, float], n: int, profile) -> int:
     floor = times["ansible -m ping"]
     print()
-    print(f"machine: {platform.node()} {os.cpu_count()} CPUs, "
-          f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, "
-          f"load average {os.getloadavg()[0]:.1f}; {n} Debian 12 lab nodes")  # fmt: skip
+    print(f"machine: {labbench.machine()}; {n} Debian 12 lab nodes")
     print(f"{'command':<26} {'seconds':>8} {'x ping':>7} {'s/node':>7}")
     for name, seconds in times.items():
         print(f"{name:<26} {seconds:8.1f} {seconds / floor:7.1f} {seconds / n:7.2f}")

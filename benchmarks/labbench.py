@@ -13,6 +13,7 @@ install packages a shared lock would time their apt runs, not this benchmark's.
 from __future__ import annotations
 
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -99,3 +100,10 @@ def lab_down(lab: str) -> None:
 
 def containers(lab: str, count: int) -> list[str]:
     return [f"gpustack-{lab}-node{i}" for i in range(1, count + 1)]
+
+
+def machine() -> str:
+    """The build machine, as the benchmarks print it: name, CPUs, memory, load average now."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return (f"{platform.node()} {os.cpu_count()} CPUs, {memory:.0f} GiB, "
+            f"load average {os.getloadavg()[0]:.1f}")  # fmt: skip
