@@ -40,7 +40,10 @@ author: gpustack
 
 RETURN = r"""
 changes:
-  description: What changed (or would change in check mode), in order.
+  description:
+    - What changed (or would change in check mode), in order.
+    - Also returned on failure, the item that failed last (with its C(backup) when one was
+      taken), so that a caller can put back what this call wrote.
   type: list
   elements: dict
   sample: [{"path": "/var/lib/gpustack/container_runtime.json", "action": "created"},
@@ -123,7 +126,10 @@ def _file(module, item, changes, diffs):
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)
-        module.atomic_move(tmp, path)
+        try:
+            module.atomic_move(tmp, path)
+        except Exception as exc:  # ansible-core 2.19 raises a bare Exception (a busy mount point)
+            raise OSError("%s: %s (%s)" % (path, exc, exc.__cause__ or "")) from None
         os.chmod(path, mode)  # atomic_move keeps an existing destination's mode
     finally:
         if os.path.exists(tmp):
@@ -136,6 +142,14 @@ def main():
         supports_check_mode=True,
     )
     changes, diffs = [], []
+    # Every failure names what this call had already written, the roles' rescues restore from
+    # that list. When module.atomic_move cannot replace a file (a destination that is a mount
+    # point: EBUSY), ansible-core 2.19 raises (caught in _file) and older releases end the module
+    # through fail_json itself, so fail_json carries the list too.
+    exit_failed = module.fail_json
+    module.fail_json = lambda msg, **kw: exit_failed(
+        msg="gpustack could not write its state files: %s" % msg, changes=changes, **kw
+    )
     for item in module.params["items"]:
         unknown = set(item) - _KEYS
         if unknown or not item.get("dest"):
@@ -152,8 +166,7 @@ def main():
             else:
                 raise ValueError("%s: state must be file or directory" % item["dest"])
         except (ValueError, IOError, OSError) as exc:
-            msg = "gpustack could not write its state files: %s" % exc
-            module.fail_json(msg=msg, changes=changes)
+            module.fail_json(msg=str(exc))
     result = dict(changed=bool(changes), changes=changes)
     if diffs:
         result["diff"] = diffs

@@ -210,6 +210,36 @@ def test_rejected_config_is_rolled_back_and_containerd_keeps_running(lab):
     assert dump(inventory, node) == before
 
 
+def test_a_failed_write_puts_back_what_it_wrote_and_says_so(lab):
+    """containerd's main configuration is a mount point (bind-mounted onto itself), so its atomic
+    replacement fails with EBUSY after the drop-in was written in the same call. Before the fix,
+    ansible's atomic_move ended the module without the list of what was written: the rescue
+    restored nothing, left the drop-in, and its message said it had put it back."""
+    inventory, varsfile = lab
+    node = f"{LAB}-node1"
+    start_from(inventory, node, KUBEADM)
+    before, text = dump(inventory, node), config_text(inventory, node)
+    config = "/etc/containerd/config.toml"
+    assert ssh(inventory, node, f"mount --bind {config} {config}").returncode == 0
+    try:
+        rc, doc = install(inventory, varsfile, "--limit", node, only=WIRING_ONLY)
+    finally:
+        ssh(inventory, node, f"umount {config}")
+    assert rc == 1
+    message = doc["hosts"][node]["failures"][-1]["message"]
+    assert "could not write containerd's files" in message, message
+    assert "busy" in message.lower(), message
+    assert config_text(inventory, node) == text
+    assert ssh(inventory, node, "test -e /etc/containerd/conf.d/99-nvidia.toml").returncode == 1
+    assert ssh(inventory, node, "test -e /var/lib/gpustack/containerd.restart-pending").returncode == 1
+    assert ssh(inventory, node, "systemctl is-active containerd").stdout.strip() == "active"
+    assert dump(inventory, node) == before
+    # and the next run, with the file writable again, wires the node
+    rc, doc = install(inventory, varsfile, "--limit", node, only=WIRING_ONLY)
+    assert rc == 0, doc["hosts"][node]["failures"]
+    assert doc["hosts"][node]["facts"]["gpustack_runtime"]["wired"] is True
+
+
 def test_a_host_without_systemd_is_refused_before_any_change(lab):
     """The lent H100 VM's init is not systemd (2026-11-27): with containerd started by hand,
     install wrote the files, failed at the restart and left its marker and backups. Here the

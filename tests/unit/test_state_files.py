@@ -223,3 +223,37 @@ def test_backup_keeps_the_previous_content_as_copy_names_it(tmp_path):
     again = run(tmp_path, STATE_FILES, args)
     assert again["changed"] is False
     assert len(list(etc.glob("config.toml.*~"))) == 1
+
+
+def test_a_file_ansible_cannot_replace_still_returns_what_was_written(tmp_path):
+    """module.atomic_move ends the module through fail_json when the rename fails (EBUSY where the
+    destination is a mount point, as a bind-mounted config.toml is on the lab: test_runtime.py).
+    The result must still list what the call wrote, or container_runtime's rescue restores
+    nothing. Here the kernel's refusal is a TEST DOUBLE: os.rename raises EBUSY for one path,
+    ansible's atomic_move itself runs unchanged."""
+    busy = tmp_path / "config.toml"
+    busy.write_text("version = 2\n")
+    wrapper = tmp_path / "busy_state_files.py"
+    wrapper.write_text(
+        "import errno, os, runpy\n"
+        "_rename = os.rename\n"
+        "def rename(src, dst, *args, **kwargs):\n"
+        f"    if os.fsdecode(dst) == {str(busy)!r}:\n"
+        "        raise OSError(errno.EBUSY, 'Device or resource busy', os.fsdecode(dst))\n"
+        "    return _rename(src, dst, *args, **kwargs)\n"
+        "os.rename = rename\n"
+        f"runpy.run_path({str(STATE_FILES)!r}, run_name='__main__')\n"
+    )
+    dropin = tmp_path / "conf.d" / "99-nvidia.toml"
+    todo = [{"dest": str(dropin.parent), "state": "directory"},
+            {"dest": str(dropin), "content": "version = 2\n", "backup": True},
+            {"dest": str(busy), "content": "version = 2\nimports = []\n", "backup": True},
+            {"dest": str(tmp_path / "after"), "content": "never\n"}]  # fmt: skip
+    result = run(tmp_path, wrapper, {"items": todo})
+    assert result["failed"] is True
+    assert result["msg"].startswith("gpustack could not write its state files: ")
+    assert "busy" in result["msg"].lower(), result["msg"]
+    assert [(c["path"], c["action"]) for c in result["changes"]] == [
+        (str(dropin.parent), "created"), (str(dropin), "created"), (str(busy), "updated")]  # fmt: skip
+    assert Path(result["changes"][2]["backup"]).read_text() == "version = 2\n"
+    assert busy.read_text() == "version = 2\n" and not (tmp_path / "after").exists()
