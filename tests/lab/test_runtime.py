@@ -231,7 +231,8 @@ def test_a_failed_write_puts_back_what_it_wrote_and_says_so(lab):
     assert "busy" in message.lower(), message
     assert config_text(inventory, node) == text
     assert ssh(inventory, node, "test -e /etc/containerd/conf.d/99-nvidia.toml").returncode == 1
-    assert ssh(inventory, node, "test -e /var/lib/gpustack/containerd.restart-pending").returncode == 1
+    marker = "/var/lib/gpustack/containerd.restart-pending"
+    assert ssh(inventory, node, f"test -e {marker}").returncode == 1
     assert ssh(inventory, node, "systemctl is-active containerd").stdout.strip() == "active"
     assert dump(inventory, node) == before
     # and the next run, with the file writable again, wires the node
