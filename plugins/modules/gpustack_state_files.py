@@ -129,7 +129,8 @@ def _file(module, item, changes, diffs):
         try:
             module.atomic_move(tmp, path)
         except Exception as exc:  # ansible-core 2.19 raises a bare Exception (a busy mount point)
-            raise OSError("%s: %s (%s)" % (path, exc, exc.__cause__ or "")) from None
+            cause = " (%s)" % exc.__cause__ if exc.__cause__ else ""
+            raise OSError("%s: %s%s" % (path, exc, cause)) from None
         os.chmod(path, mode)  # atomic_move keeps an existing destination's mode
     finally:
         if os.path.exists(tmp):
