@@ -1,9 +1,10 @@
 """Benchmark: what one task costs on 2 lab nodes, by kind, with gpustack's Ansible settings.
 
-Issue 18's first-install target (<= 1.3 x the apt floor) leaves about 12 s on this machine for
-everything outside apt. This prints what the shape of the run costs before any work is done:
-playbooks of 10 tasks each, on 2 fresh lab nodes at once, through ansible-runner with the
-environment `gpustack install` uses (pipelining, SSH ControlPersist, explicit gathering):
+Issue 18's first-install target (<= 1.3 x the apt floor) leaves 30 % of the floor for everything
+outside apt (13.4 s on the build machine on 2026-11-29). This prints what the shape of the run
+costs before any work is done: playbooks of 10 tasks each, on 2 fresh lab nodes at once, through
+ansible-runner with the environment `gpustack install` uses (pipelining, SSH ControlPersist,
+explicit gathering):
 
 - remote: 10 tasks that each run a module on the hosts (`command: /bin/true`), one round trip each;
 - controller: 10 `set_fact` tasks (no round trip);
@@ -26,6 +27,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import ansible_runner
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -58,8 +61,6 @@ def playbooks(folder: Path) -> dict[str, Path]:
 
 
 def timed(playbook: Path, inventory: Path, env: dict) -> float:
-    import ansible_runner
-
     with tempfile.TemporaryDirectory() as data:
         start = time.perf_counter()
         result = ansible_runner.run(private_data_dir=data, playbook=str(playbook),

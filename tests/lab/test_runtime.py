@@ -213,8 +213,8 @@ def test_rejected_config_is_rolled_back_and_containerd_keeps_running(lab):
 def test_a_failed_write_puts_back_what_it_wrote_and_says_so(lab):
     """containerd's main configuration is a mount point (bind-mounted onto itself), so its atomic
     replacement fails with EBUSY after the drop-in was written in the same call. Before the fix,
-    ansible's atomic_move ended the module without the list of what was written: the rescue
-    restored nothing, left the drop-in, and its message said it had put it back."""
+    ansible's atomic_move raised and the module ended without the list of what was written: the
+    rescue restored nothing, left the drop-in, and its message said it had put it back."""
     inventory, varsfile = lab
     node = f"{LAB}-node1"
     start_from(inventory, node, KUBEADM)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from gpustack.ansible.results import RunTracker
 from gpustack.fleet.plan_summary import summarize
 from tests.conftest import ROOT
@@ -225,12 +227,27 @@ def test_backup_keeps_the_previous_content_as_copy_names_it(tmp_path):
     assert len(list(etc.glob("config.toml.*~"))) == 1
 
 
-def test_a_file_ansible_cannot_replace_still_returns_what_was_written(tmp_path):
-    """module.atomic_move ends the module through fail_json when the rename fails (EBUSY where the
-    destination is a mount point, as a bind-mounted config.toml is on the lab: test_runtime.py).
-    The result must still list what the call wrote, or container_runtime's rescue restores
-    nothing. Here the kernel's refusal is a TEST DOUBLE: os.rename raises EBUSY for one path,
-    ansible's atomic_move itself runs unchanged."""
+# How ansible's AnsibleModule.atomic_move fails when the final rename is refused: ansible-core
+# 2.19 raises a bare Exception (the installed release runs as it is); 2.16-2.18 call fail_json
+# themselves (lib/ansible/module_utils/basic.py of ansible-core 2.16.14 and 2.18.6, read from
+# their PyPI sdists), which the TEST DOUBLE below reproduces on top of the installed release.
+OLD_ATOMIC_MOVE = (
+    "from ansible.module_utils import basic\n"
+    "def atomic_move(self, src, dest, *args, **kwargs):\n"
+    "    try:\n"
+    "        os.rename(src, dest)\n"
+    "    except OSError as e:\n"
+    "        self.fail_json(msg='Could not replace file: %s to %s: %s' % (src, dest, e))\n"
+    "basic.AnsibleModule.atomic_move = atomic_move\n"
+)
+
+
+@pytest.mark.parametrize("release", ["raises (2.19)", "fail_json (2.16-2.18)"])
+def test_a_file_ansible_cannot_replace_still_returns_what_was_written(tmp_path, release):
+    """When atomic_move cannot replace a file (EBUSY where the destination is a mount point, as a
+    bind-mounted config.toml is on the lab: test_runtime.py), the result must still list what the
+    call wrote, or container_runtime's rescue restores nothing. The kernel's refusal is a TEST
+    DOUBLE: os.rename raises EBUSY for one path."""
     busy = tmp_path / "config.toml"
     busy.write_text("version = 2\n")
     wrapper = tmp_path / "busy_state_files.py"
@@ -242,7 +259,8 @@ def test_a_file_ansible_cannot_replace_still_returns_what_was_written(tmp_path):
         "        raise OSError(errno.EBUSY, 'Device or resource busy', os.fsdecode(dst))\n"
         "    return _rename(src, dst, *args, **kwargs)\n"
         "os.rename = rename\n"
-        f"runpy.run_path({str(STATE_FILES)!r}, run_name='__main__')\n"
+        + (OLD_ATOMIC_MOVE if release.startswith("fail_json") else "")
+        + f"runpy.run_path({str(STATE_FILES)!r}, run_name='__main__')\n"
     )
     dropin = tmp_path / "conf.d" / "99-nvidia.toml"
     todo = [{"dest": str(dropin.parent), "state": "directory"},
