@@ -185,9 +185,14 @@ def containerd_without_nvidia(
     return tomlkit.dumps(main)
 
 
-def containerd_restore(current_text, original_text, dropin_glob="/etc/containerd/conf.d/*.toml"):
+def containerd_restore(
+    current_text, original_text, dropin_glob="/etc/containerd/conf.d/*.toml", created=False
+):
     """Undo: the original file byte for byte when nothing else changed since gpustack's edit;
-    otherwise the current file without gpustack's import (the user's later edits kept)."""
+    otherwise the current file without gpustack's import (the user's later edits kept). Where
+    gpustack created the file (`created`, no original), None (remove it) when nothing but its
+    `version` is left, as gpustack wrote it; a file the user has since added settings to is kept
+    without the import."""
     without = containerd_without_nvidia(current_text, dropin_glob)
     if original_text is not None:
         try:
@@ -195,7 +200,19 @@ def containerd_restore(current_text, original_text, dropin_glob="/etc/containerd
                 return original_text
         except Exception:  # an unreadable record: fall back to the structural undo
             pass
+    elif created and set(tomlkit.parse(without).unwrap()) <= {"version"}:
+        return None
     return without
+
+
+def containerd_config_error(text, path="/etc/containerd/config.toml"):
+    """Why the main configuration cannot be read as TOML ('' when it can); checked before
+    uninstall changes anything."""
+    try:
+        tomlkit.parse(text or "")
+    except Exception as exc:
+        return "%s is not valid TOML: %s" % (path, exc)
+    return ""
 
 
 def _indent(text):
@@ -360,6 +377,7 @@ class FilterModule(object):
             "gpustack_containerd_nvidia": containerd_nvidia,
             "gpustack_containerd_without_nvidia": containerd_without_nvidia,
             "gpustack_containerd_restore": containerd_restore,
+            "gpustack_containerd_config_error": containerd_config_error,
             "gpustack_docker_daemon_nvidia": docker_daemon_nvidia,
             "gpustack_docker_daemon_error": docker_daemon_error,
             "gpustack_docker_daemon_restore": docker_daemon_restore,

@@ -241,6 +241,60 @@ def test_a_failed_write_puts_back_what_it_wrote_and_says_so(lab):
     assert doc["hosts"][node]["facts"]["gpustack_runtime"]["wired"] is True
 
 
+def test_uninstall_keeps_what_the_user_added_to_a_file_gpustack_created(lab):
+    """No main configuration before install: gpustack wrote one (`version` and its import). The
+    user then added a setting to it; uninstall takes only the import out and keeps the file (it
+    removed the file, the user's setting with it, before); a file that is no longer TOML is refused
+    with a hint, nothing changed. And after a run that failed before it wrote that file, uninstall
+    finds nothing to take out (it failed reading the absent file before)."""
+    inventory, varsfile = lab
+    node = f"{LAB}-node3"
+    config = "/etc/containerd/config.toml"
+    start_from(inventory, node, None)
+    rc, doc = install(inventory, varsfile, "--limit", node, only=WIRING_ONLY)
+    assert rc == 0, doc["hosts"][node]["failures"]
+    uninstall = ("uninstall", str(inventory), "--components", "runtime", "--limit", node, "--yes")
+    # a config.toml that is no longer TOML: refused with a hint, nothing changed
+    wired = config_text(inventory, node)
+    assert ssh(inventory, node, f"printf 'version = \\n' >> {config}").returncode == 0
+    proc = run_cli(*uninstall, "--output", "json")
+    assert proc.returncode != 0
+    host = json.loads(proc.stdout)["hosts"][node]
+    message = " ".join(f["message"] for f in host["failures"])
+    assert f"{config} is not valid TOML" in message and "Hint: fix" in message, message
+    assert host["changed"] == 0, host
+    assert ssh(inventory, node, "test -e /etc/containerd/conf.d/99-nvidia.toml").returncode == 0
+    assert ssh(inventory, node, f"cat > {config} <<'EOF'\n{wired}EOF\n").returncode == 0
+    added = '[plugins."io.containerd.cri.v1.images".registry]\n  config_path = "/etc/containerd/certs.d"\n'
+    assert ssh(inventory, node, f"printf '\\n{added}' >> {config}").returncode == 0
+    proc = run_cli(*uninstall)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    kept = tomllib.loads(config_text(inventory, node))
+    assert "imports" not in kept, kept
+    registry = kept["plugins"]["io.containerd.cri.v1.images"]["registry"]
+    assert registry["config_path"] == "/etc/containerd/certs.d", kept
+    assert ssh(inventory, node, "test -e /etc/containerd/conf.d/99-nvidia.toml").returncode == 1
+    assert ssh(inventory, node, "systemctl is-active containerd").stdout.strip() == "active"
+    assert "certs.d" in json.dumps(dump(inventory, node))
+
+    # a first run that failed before it wrote anything of containerd's: /etc/containerd read-only
+    start_from(inventory, node, None)
+    etc = "/etc/containerd"
+    read_only = f"mount --bind {etc} {etc} && mount -o remount,ro,bind {etc}"
+    assert ssh(inventory, node, read_only).returncode == 0
+    try:
+        rc, doc = install(inventory, varsfile, "--limit", node, only=WIRING_ONLY)
+    finally:
+        ssh(inventory, node, f"umount {etc}")
+    assert rc == 1
+    assert ssh(inventory, node, "test -e /var/lib/gpustack/container_runtime.json").returncode == 0
+    proc = run_cli(*uninstall)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert config_text(inventory, node) is None
+    assert ssh(inventory, node, "test -e /var/lib/gpustack/container_runtime.json").returncode == 1
+    assert ssh(inventory, node, "systemctl is-active containerd").stdout.strip() == "active"
+
+
 def test_a_host_without_systemd_is_refused_before_any_change(lab):
     """The lent H100 VM's init is not systemd (2026-11-27): with containerd started by hand,
     install wrote the files, failed at the restart and left its marker and backups. Here the

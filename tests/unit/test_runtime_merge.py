@@ -4,6 +4,7 @@ import json
 import tomllib
 
 import pytest
+import tomlkit
 
 from tests.unit.test_driver_filters import load
 
@@ -213,6 +214,28 @@ def test_restore_gives_back_the_original_bytes_unless_edited_since():
     edited = merged.replace('"p:1"', '"p:2"')
     restored = cr.containerd_restore(edited, original)
     assert '"p:2"' in restored and "conf.d" not in restored
+
+
+@pytest.mark.parametrize("release, version", [("1.6.20", 2), ("2.1.1", 3)])
+def test_restore_removes_a_created_file_only_while_nothing_else_is_in_it(release, version):
+    """Where no main configuration existed, gpustack wrote `version` and its import: uninstall
+    removes that file, but one the user has since added settings to stays, without the import."""
+    created = cr.containerd_nvidia("", DUMP_16, release, main_exists=False)["main"]
+    assert cr.containerd_restore(created, None, created=True) is None
+    mirrors = '\n[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "/etc/containerd/certs.d"\n'
+    restored = cr.containerd_restore(created + mirrors, None, created=True)
+    assert restored is not None and "conf.d" not in restored
+    assert tomlkit.parse(restored).unwrap()["version"] == version
+    assert "certs.d" in restored
+    # not created by gpustack (the kept original lost): never removed, the import taken out
+    assert cr.containerd_restore(created, None) == f"version = {version}\n"
+
+
+def test_a_main_configuration_that_is_not_toml_is_named_before_uninstall_changes_anything():
+    assert cr.containerd_config_error("version = 2\n") == ""
+    assert cr.containerd_config_error("") == ""
+    error = cr.containerd_config_error("version = \n[plugins")
+    assert error.startswith("/etc/containerd/config.toml is not valid TOML: "), error
 
 
 def test_dumps_compare_by_content_not_by_map_order():
