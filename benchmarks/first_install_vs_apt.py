@@ -17,7 +17,8 @@ ansible.builtin.apt tasks (the part that does not depend on how long dpkg takes)
 cache is shared by all lab nodes (as `gpustack lab up` sets it): the packages the floor installs
 were fetched by gpustack's run; a round whose gpustack run fetched any (a cache just emptied)
 timed downloads the floor did not make, so it is not counted and runs again once on fresh nodes
-(`counted_rounds`). --rounds N repeats on fresh nodes and prints the median. The lab is torn down at the end (--keep leaves it).
+(`counted_rounds`). --rounds N repeats on fresh nodes and prints the median. The lab is torn
+down at the end (--keep leaves it).
 
     python benchmarks/first_install_vs_apt.py [--rounds 1] [--keep] [--lab NAME] [--top 15]
 """
