@@ -167,12 +167,9 @@ def containerd_nvidia(
     }
 
 
-def containerd_without_nvidia(
-    main_text, dropin_glob="/etc/containerd/conf.d/*.toml", created=False
-):
-    """Undo: the main config without the import gpustack added (None: remove the file)."""
-    if created:
-        return None
+def containerd_without_nvidia(main_text, dropin_glob="/etc/containerd/conf.d/*.toml"):
+    """Undo: the main config without the import gpustack added (containerd_restore decides
+    whether a file gpustack created goes)."""
     main = tomlkit.parse(main_text)
     imports = main.get("imports")
     if imports is not None and dropin_glob in list(imports):

@@ -125,7 +125,6 @@ def test_broken_config_is_refused():
 def test_undo_takes_out_only_the_import():
     out = cr.containerd_nvidia(KUBEADM, DUMP_16, "1.6.20")
     assert cr.containerd_without_nvidia(out["main"]) == KUBEADM
-    assert cr.containerd_without_nvidia(out["main"], created=True) is None
 
 
 DAEMON = """{
