@@ -263,6 +263,7 @@ def test_uninstall_keeps_what_the_user_added_to_a_file_gpustack_created(lab):
     message = " ".join(f["message"] for f in host["failures"])
     assert f"{config} is not valid TOML" in message and "Hint: fix" in message, message
     assert host["changed"] == 0, host
+    assert config_text(inventory, node) == wired + "version = \n"
     assert ssh(inventory, node, "test -e /etc/containerd/conf.d/99-nvidia.toml").returncode == 0
     assert ssh(inventory, node, f"cat > {config} <<'EOF'\n{wired}EOF\n").returncode == 0
     added = '[plugins."io.containerd.cri.v1.images".registry]\n  config_path = "/etc/containerd/certs.d"\n'
@@ -276,6 +277,12 @@ def test_uninstall_keeps_what_the_user_added_to_a_file_gpustack_created(lab):
     assert ssh(inventory, node, "test -e /etc/containerd/conf.d/99-nvidia.toml").returncode == 1
     assert ssh(inventory, node, "systemctl is-active containerd").stdout.strip() == "active"
     assert "certs.d" in json.dumps(dump(inventory, node))
+    # a second uninstall finds nothing left to take out
+    kept_text = config_text(inventory, node)
+    proc = run_cli(*uninstall, "--output", "json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["hosts"][node]["changed"] == 0
+    assert config_text(inventory, node) == kept_text
 
     # a first run that failed before it wrote anything of containerd's: /etc/containerd read-only
     start_from(inventory, node, None)
