@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -28,6 +29,25 @@ def run_cli(*args: str, env: dict | None = None, timeout: int = 600) -> subproce
     return subprocess.run(
         [*GPUSTACK, *args], capture_output=True, text=True, env=merged, timeout=timeout, cwd=ROOT
     )
+
+
+@pytest.fixture(scope="session")
+def containerd_binary(tmp_path_factory) -> str:
+    """A real `containerd` for `containerd config dump` (no daemon needed): the one on PATH, else
+    Debian's, unpacked from the package `apt-get download` fetches. Skipped only on a machine
+    without apt-get and dpkg-deb; on Debian (CI) a failed download fails the test."""
+    found = shutil.which("containerd")
+    if found:
+        return found
+    if not (shutil.which("apt-get") and shutil.which("dpkg-deb")):
+        pytest.skip("needs containerd on PATH, or apt-get and dpkg-deb to unpack Debian's")
+    folder = tmp_path_factory.mktemp("containerd")
+    proc = subprocess.run(["apt-get", "download", "-q", "containerd"], cwd=folder,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, f"apt-get download containerd failed: {proc.stderr}"
+    deb = next(folder.glob("containerd_*.deb"))
+    subprocess.run(["dpkg-deb", "-x", str(deb), str(folder / "root")], check=True)
+    return str(folder / "root/usr/bin/containerd")
 
 
 def runs_started(state_dir: Path) -> list[Path]:

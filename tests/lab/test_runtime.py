@@ -195,6 +195,32 @@ def test_corpus_keeps_every_setting_and_adds_nvidia(lab, case):
         assert config_text(inventory, node) == texts[node]
 
 
+def test_plan_of_the_runtime_role_lists_its_files_and_restart_and_changes_nothing(lab):
+    """`plan --tags container_runtime` on real containerd 1.6, 1.7 and 2.1 under systemd: the
+    drop-in, the main file and the announced restart are listed per node, and nothing on the
+    nodes changes (until 2026-11-29 a unit test ran this on the build machine over a local
+    connection; it was skipped there for lack of containerd, and could not have passed since
+    the role refuses hosts without systemd)."""
+    inventory, varsfile = lab
+    snapshot = ("find /etc/containerd /var/lib/gpustack -type f 2>/dev/null | sort | xargs -r md5sum; "
+                "systemctl show -p ActiveEnterTimestampMonotonic containerd")  # fmt: skip
+    before = {}
+    for node in NODES:
+        start_from(inventory, node, "per-node")
+        before[node] = ssh(inventory, node, snapshot).stdout
+    proc = run_cli("plan", str(inventory), "--tags", "container_runtime", "-e", f"@{varsfile}",
+                   "--output", "json")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    plan = json.loads(proc.stdout)["plan"]
+    for node in NODES:
+        assert plan[node]["services"] == ["containerd: would restart"], plan[node]
+        paths = [f["path"] for f in plan[node]["files"]]
+        assert "/etc/containerd/conf.d/99-nvidia.toml" in paths, paths
+        assert "/etc/containerd/config.toml" in paths, paths
+        assert plan[node]["install"] == plan[node]["upgrade"] == plan[node]["remove"] == []
+        assert ssh(inventory, node, snapshot).stdout == before[node]
+
+
 def test_rejected_config_is_rolled_back_and_containerd_keeps_running(lab):
     inventory, varsfile = lab
     node = f"{LAB}-node1"

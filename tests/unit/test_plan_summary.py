@@ -1,14 +1,9 @@
 """`gpustack plan`'s summary: packages, holds, files, services and reboots from changed tasks."""
 
 import json
-import shutil
-from pathlib import Path
-
-import pytest
 
 from gpustack.ansible.results import RunTracker, TaskChange
 from gpustack.fleet.plan_summary import parse_apt_simulation, summarize
-from tests.conftest import run_cli
 
 # What `apt-get --simulate install nvidia-smi=535.309.01-0+deb12u1 ...` prints (apt 2.6).
 SIMULATION = """Reading package lists...
@@ -114,28 +109,6 @@ def test_tracker_keeps_the_details_plan_needs():
     change = tracker.hosts["n1"].changes[0]
     assert change.action == "ansible.builtin.dpkg_selections"
     assert change.details["items"] == [{"item": "a", "before": "install", "after": "hold"}]
-
-
-@pytest.mark.skipif(not shutil.which("containerd"), reason="needs the containerd binary")
-def test_real_check_mode_run_of_the_runtime_role_is_summarised(tmp_path, state_dir):
-    """`plan --tags container_runtime` over a local connection: the role's files and its
-    announced restart are listed, and this machine's containerd config is left alone."""
-    config = Path("/etc/containerd/config.toml")
-    before = config.read_bytes() if config.exists() else None
-    inv = tmp_path / "local.ini"
-    inv.write_text(
-        "[gpu_nodes]\nlocal1 ansible_connection=local ansible_python_interpreter=/usr/bin/python3\n"
-    )
-    proc = run_cli("plan", str(inv), "--tags", "container_runtime", "--output", "json")
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    plan = json.loads(proc.stdout)["plan"]["local1"]
-    assert plan["services"] == ["containerd: would restart"]
-    paths = [f["path"] for f in plan["files"]]
-    assert "/etc/containerd/conf.d/99-nvidia.toml" in paths
-    assert "/etc/containerd/config.toml" in paths
-    assert plan["install"] == plan["upgrade"] == plan["remove"] == []
-    assert (config.read_bytes() if config.exists() else None) == before
-    assert not Path("/etc/containerd/conf.d/99-nvidia.toml").exists()
 
 
 def test_mig_layout_changes_are_their_own_section():

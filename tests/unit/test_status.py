@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from types import SimpleNamespace
 
@@ -171,16 +170,16 @@ def test_runtime_detection_in_toml():
     )
 
 
-@pytest.mark.skipif(not shutil.which("containerd"), reason="needs the containerd binary")
-def test_runtime_detection_on_a_real_containerd_dump(tmp_path):
-    """`containerd config dump` of a wired config (no daemon needed) is recognised."""
+def test_runtime_detection_on_a_real_containerd_dump(tmp_path, containerd_binary):
+    """`containerd config dump` of a wired config (no daemon needed) is recognised (Debian's
+    containerd where none is installed: tests/conftest.py)."""
     config = tmp_path / "config.toml"
     config.write_text(V2_WIRED)
-    dump = subprocess.run(["containerd", "--config", str(config), "config", "dump"],
+    dump = subprocess.run([containerd_binary, "--config", str(config), "config", "dump"],
                           capture_output=True, text=True, check=True).stdout  # fmt: skip
     assert probe.toml_has_runtime(dump, "nvidia", "/usr/bin/nvidia-container-runtime")
     config.write_text("version = 2\n")
-    dump = subprocess.run(["containerd", "--config", str(config), "config", "dump"],
+    dump = subprocess.run([containerd_binary, "--config", str(config), "config", "dump"],
                           capture_output=True, text=True, check=True).stdout  # fmt: skip
     assert not probe.toml_has_runtime(dump, "nvidia", "/usr/bin/nvidia-container-runtime")
 
