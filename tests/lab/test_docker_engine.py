@@ -177,6 +177,18 @@ def test_default_runtime_on_a_daemon_json_gpustack_created(lab):
     runtimes, default = loaded(inventory)
     assert runtimes["nvidia"]["path"] == BINARY and default == "nvidia"
 
+    # The toolkit alone is refused while nvidia is dockerd's default (tasks/toolkit_guard.yml's
+    # Docker branch; until 2026-11-29 only its containerd and k3s branches had run).
+    kept = "dpkg-query -W -f='${Version}' nvidia-container-toolkit; md5sum /etc/docker/daemon.json"
+    before = sh(inventory, kept)
+    proc = run_cli("uninstall", str(inventory), "--components", "toolkit", "--yes",
+                   "--output", "json")  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-4000:] + proc.stderr[-2000:]
+    message = json.loads(proc.stdout)["hosts"][NODE]["failures"][-1]["message"]
+    assert f"nvidia is the default runtime of docker on {NODE}" in message, message
+    assert "Nothing was changed" in message and "Hint:" in message
+    assert sh(inventory, kept) == before and loaded(inventory)[1] == "nvidia"
+
     uninstall(inventory)
     assert ssh(inventory, NODE, "test -e /etc/docker/daemon.json").returncode == 1  # gone
     runtimes, default = loaded(inventory)
