@@ -28,6 +28,8 @@ from gpustack import credentials, paths
 from gpustack.ansible.results import RunResult, RunTracker
 
 KEEP_RUNS = 20
+# How often ansible-runner asks whether the run was canceled (seconds).
+CANCEL_POLL_S = 0.2
 _FINISHED = object()  # queued by ansible-runner's finished callback, after every event
 RUN_MIN_AGE_S = 24 * 3600  # a run directory this young may belong to a run still going
 
@@ -229,6 +231,9 @@ def _run(
         quiet=True,
         event_handler=handler,
         cancel_callback=lambda: canceled["requested"] or bool(cancel and cancel()),
+        # ansible-runner asks cancel_callback once per pexpect wait, 5 s by default: a Ctrl-C or
+        # SIGTERM left the playbook running up to 5 s more (tasks started in them included).
+        settings={"pexpect_timeout": CANCEL_POLL_S},
         # after the last event: the loop below ends at once instead of at its next poll
         finished_callback=lambda _runner: events.put(_FINISHED),
     )
