@@ -12,7 +12,7 @@ import typer
 
 from gpustack import __version__, commands
 from gpustack.ansible.inventory import inventory_source
-from gpustack.errors import ExitCode, GpustackError
+from gpustack.errors import ExitCode, GpustackError, note_sigterm
 from gpustack.terminal import output
 
 try:  # typer >= 0.26 vendors click; older releases use the click package
@@ -422,6 +422,7 @@ def _on_sigterm(signum, frame) -> None:
     if _TERM["seen"]:
         return  # the run is stopping already; a second SIGTERM must not cut its report short
     _TERM["seen"] = True
+    note_sigterm()
     raise Terminated()
 
 

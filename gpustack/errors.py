@@ -19,6 +19,20 @@ class ExitCode(IntEnum):
     TERMINATED = 143
 
 
+_SIGTERM = {"seen": False}
+
+
+def note_sigterm() -> None:
+    """Called by the CLI's SIGTERM handler: a run canceled from now on was terminated."""
+    _SIGTERM["seen"] = True
+
+
+def canceled_exit_code() -> ExitCode:
+    """A canceled run's exit code, in its report as in the process's status: 143 after a
+    SIGTERM, 130 after Ctrl-C."""
+    return ExitCode.TERMINATED if _SIGTERM["seen"] else ExitCode.CANCELED
+
+
 class GpustackError(Exception):
     """A predictable failure: printed as `Error:` + `Hint:`, never as a traceback."""
 

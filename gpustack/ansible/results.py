@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from gpustack.errors import ExitCode
+from gpustack.errors import ExitCode, canceled_exit_code
 
 FACT_PREFIX = "gpustack_"
 
@@ -41,6 +41,8 @@ class HostResult:
     failures: list[TaskFailure] = field(default_factory=list)
     changes: list[TaskChange] = field(default_factory=list)
     started: bool = False
+    finished: bool = False  # the play recap counted it: its play ran to the end
+    stopped: bool = False  # started, and the run was canceled before its play ended
     converged: bool = False  # skipped by install's fast path (gpustack/fleet/converged.py)
 
     @property
@@ -51,6 +53,8 @@ class HostResult:
             return "failed"
         if not self.started:
             return "not run"
+        if self.stopped:
+            return "stopped"
         return "changed" if self.changed else "ok"
 
 
@@ -65,7 +69,7 @@ class RunResult:
     @property
     def exit_code(self) -> ExitCode:
         if self.status == "canceled":
-            return ExitCode.CANCELED
+            return canceled_exit_code()
         if any(h.failed for h in self.hosts.values()):
             return ExitCode.HOST_FAILED
         if any(h.unreachable for h in self.hosts.values()):
@@ -82,6 +86,7 @@ class RunResult:
             "changed": sum(h.changed for h in hosts),
             "failed": sum(1 for h in hosts if h.status == "failed"),
             "unreachable": sum(1 for h in hosts if h.unreachable),
+            "stopped": sum(1 for h in hosts if h.status == "stopped"),
         }
 
 
@@ -155,13 +160,18 @@ class RunTracker:
             host.unreachable = True
             host.unreachable_message = _message(res)
 
+    def canceled(self) -> None:
+        """The run was canceled: a host whose play had started and not ended was stopped."""
+        for host in self.hosts.values():
+            host.stopped = host.started and not host.finished
+
     def _stats(self, data: dict[str, Any]) -> None:
         """The play recap is authoritative for counts."""
         for name in set().union(
             *(data.get(k) or {} for k in ("ok", "changed", "failures", "dark", "skipped"))
         ):
             host = self.host(name)
-            host.started = True
+            host.started = host.finished = True
             host.ok = (data.get("ok") or {}).get(name, 0)
             host.changed = (data.get("changed") or {}).get(name, 0)
             host.failed = (data.get("failures") or {}).get(name, 0)
@@ -210,6 +220,6 @@ def _details(res: dict[str, Any]) -> dict[str, Any]:
 def host_to_dict(host: HostResult) -> dict[str, Any]:
     data = asdict(host)
     data["status"] = host.status
-    for key in ("current_role", "current_task", "started"):
+    for key in ("current_role", "current_task", "started", "finished", "stopped"):
         data.pop(key)
     return data

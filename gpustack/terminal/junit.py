@@ -32,7 +32,10 @@ def host_cases(result: RunResult) -> list[Case]:
             cases.append(Case(host.name, "reachable", "skipped", "the play did not run here"))
             continue
         cases.append(Case(host.name, "reachable", "passed"))
-        if host.failures:
+        if host.stopped and not host.failures:
+            message = "the run was stopped (Ctrl-C or SIGTERM) before this host's play ended"
+            cases.append(Case(host.name, "host stack", "failed", message))
+        elif host.failures:
             last = host.failures[-1]
             text = f"{last.role} : {last.task}: {last.message}".strip(" :")
             cases.append(Case(host.name, "host stack", "failed", text))

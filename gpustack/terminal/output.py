@@ -179,7 +179,13 @@ def print_run(result: RunResult, verbose: int = 0) -> None:
     table = Table(box=None, pad_edge=False)
     for col in ("host", "status", "ok", "changed", "failed", "skipped", "note"):
         table.add_column(col)
-    colour = {"ok": "green", "changed": "yellow", "failed": "red", "unreachable": "red"}
+    colour = {
+        "ok": "green",
+        "changed": "yellow",
+        "failed": "red",
+        "unreachable": "red",
+        "stopped": "red",
+    }
     for host in result.hosts.values():
         note = ""
         if host.unreachable:
@@ -187,6 +193,8 @@ def print_run(result: RunResult, verbose: int = 0) -> None:
         elif host.failures:
             first = host.failures[-1]  # the final one; earlier ones may have been rescued
             note = f"{first.task}: {first.message}"
+        elif host.stopped:
+            note = f"stopped during: {host.current_task}" if host.current_task else "stopped"
         elif host.converged:
             note = "converged (fast path)"
         status = host.status
@@ -217,6 +225,7 @@ def print_run(result: RunResult, verbose: int = 0) -> None:
     stdout.print(
         f"{summary['hosts']} hosts: {summary['ok']} ok, {summary['failed']} failed, "
         f"{summary['unreachable']} unreachable, {summary['changed']} changes"
+        + (f", {summary['stopped']} stopped before the end" if summary["stopped"] else "")
     )
 
 

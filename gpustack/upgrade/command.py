@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from gpustack.ansible.input_formats import DriverInputs
 from gpustack.ansible.invocation import check_output, check_writable, invocation, user_extravars
 from gpustack.ansible.playbook import host_locks
-from gpustack.errors import BadInput, ExitCode
+from gpustack.errors import BadInput, ExitCode, canceled_exit_code
 from gpustack.terminal import output
 from gpustack.terminal.upgrade_view import UpgradeLive, counts, node_rows, print_plan, print_summary
 from gpustack.upgrade.backend import HostOnlyBackend, StepOptions
@@ -256,7 +256,7 @@ def _dry_run(opts, run, targets, backend, policy, state_file) -> int:
 
 def _exit_code(result: RolloutResult, summary: dict[str, int]) -> ExitCode:
     if result.status == "interrupted":
-        return ExitCode.CANCELED
+        return canceled_exit_code()
     if result.status in ("failed", "blocked") or summary["failed"]:
         return ExitCode.HOST_FAILED
     return ExitCode.OK

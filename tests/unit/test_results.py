@@ -1,5 +1,6 @@
-from gpustack.ansible.results import RunResult, RunTracker
+from gpustack.ansible.results import RunResult, RunTracker, host_to_dict
 from gpustack.errors import ExitCode
+from gpustack.terminal import junit
 
 
 def ev(kind, host=None, **data):
@@ -77,6 +78,7 @@ def test_unreachable_gives_exit_4_and_keeps_ssh_message():
         "changed": 0,
         "failed": 0,
         "unreachable": 1,
+        "stopped": 0,
     }
 
 
@@ -99,6 +101,37 @@ def test_stats_are_authoritative_and_clean_run_exits_0():
     assert (host.ok, host.changed, host.skipped) == (3, 0, 1)
     assert result(t).exit_code == ExitCode.OK
     assert result(t, "canceled", 254).exit_code == ExitCode.CANCELED
+
+
+def test_a_canceled_run_reports_the_hosts_it_stopped_and_the_signals_exit_code(monkeypatch):
+    """A run stopped by Ctrl-C or SIGTERM before its play recap: the hosts it had started are
+    "stopped", not "ok" (seen on a lab node on 2026-11-29: a SIGTERM'd install read "1 ok"), and
+    its report carries the exit code the process exits with (143 after SIGTERM, not 130)."""
+    from gpustack import errors
+
+    t = RunTracker(["a", "b", "c"])
+    t.handle(ev("runner_on_start", "a", task="Refresh the package lists"))
+    t.handle(ev("runner_on_ok", "a", res={"changed": True}))
+    t.handle(ev("runner_on_failed", "b", res={"msg": "boom"}))
+    t.canceled()
+    assert [t.hosts[h].status for h in "abc"] == ["stopped", "failed", "not run"]
+    canceled = result(t, "canceled", 254)
+    assert canceled.summary()["stopped"] == 1 and canceled.summary()["ok"] == 0
+    assert host_to_dict(t.hosts["a"])["status"] == "stopped"
+    assert canceled.exit_code == ExitCode.CANCELED
+    monkeypatch.setitem(errors._SIGTERM, "seen", True)
+    assert canceled.exit_code == ExitCode.TERMINATED
+    cases = {(c.classname, c.name): c for c in junit.host_cases(canceled)}
+    assert cases[("a", "host stack")].status == "failed"
+    assert "stopped" in cases[("a", "host stack")].message
+
+
+def test_a_canceled_run_after_the_recap_stops_no_host():
+    t = RunTracker(["a"])
+    t.handle(ev("runner_on_ok", "a", res={}))
+    t.handle({"event": "playbook_on_stats", "event_data": {"ok": {"a": 1}}})
+    t.canceled()
+    assert t.hosts["a"].status == "ok"
 
 
 def test_host_never_reached_is_not_reported_ok():
