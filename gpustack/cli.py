@@ -428,12 +428,13 @@ def _on_sigterm(signum, frame) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: every predictable failure leaves here as Error + Hint + exit code."""
-    terminated = False
+    terminated = said = False
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         code = app(args=argv, standalone_mode=False)
     except Terminated:
         output.stderr.print("Terminated (SIGTERM).")
+        said = True
         code = int(ExitCode.TERMINATED)
     except GpustackError as error:
         output.print_error(error)
@@ -458,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, previous)
     code = 0 if code is None else int(code)
     if terminated and code in (ExitCode.CANCELED, ExitCode.TERMINATED):
-        if code == ExitCode.CANCELED:  # stopped inside a command: say why, as Ctrl-C's report does
+        if not said:  # stopped inside a command: say why, as Ctrl-C's report does
             output.stderr.print("Terminated (SIGTERM).")
         code = int(ExitCode.TERMINATED)
     if argv is None:

@@ -106,7 +106,7 @@ def _finish_with_cluster(command, opts: HostOptions, result: RunResult, extra, k
     return code
 
 
-STOPPED = ("failed", "unreachable")  # a host whose plan did not run to its end
+STOPPED = ("failed", "unreachable", "stopped")  # a host whose plan did not run to its end
 
 
 def plan(opts: HostOptions, full: bool = False) -> int:

@@ -183,8 +183,8 @@ def print_plan(
     plans: dict[str, HostPlan], verbose: int = 0, stopped: dict[str, str] | None = None
 ) -> None:
     """Per host: packages, holds, files (diffs with -v), services, reboots; nothing changed.
-    `stopped`: hosts whose plan did not run to its end (failed, unreachable), with that status:
-    what they show is the plan up to there, never "no changes"."""
+    `stopped`: hosts whose plan did not run to its end (failed, unreachable, stopped), with that
+    status: what they show is the plan up to there, never "no changes"."""
     stopped = stopped or {}
     for host, plan in plans.items():
         if host in stopped:

@@ -243,6 +243,42 @@ def test_a_cancel_stops_the_playbook_within_a_second(tmp_path, state_dir):
     )
 
 
+def test_sigterm_during_a_playbook_stops_it_and_says_so_once(tmp_path, state_dir):
+    """SIGTERM while ansible-playbook runs: the run is canceled (not an exception through the
+    command), the process exits 143, its report says 143, and "Terminated" is said once."""
+    playbook = tmp_path / "sleep.yml"
+    playbook.write_text("- hosts: all\n  gather_facts: false\n  tasks:\n"
+                        "    - name: Sleep\n      ansible.builtin.command: sleep 60\n"
+                        "      changed_when: false\n")  # fmt: skip
+    inv = tmp_path / "local.ini"
+    inv.write_text(
+        "[gpu_nodes]\nlocal1 ansible_connection=local ansible_python_interpreter=/usr/bin/python3\n"
+    )
+    script = textwrap.dedent(f"""\
+        import os, signal, sys
+        from pathlib import Path
+        from gpustack import cli
+        from gpustack.ansible.runner import RunSpec, run_playbook
+        @cli.app.command("sleepy")
+        def sleepy():
+            def on_update(tracker, event):
+                if event.get("event") == "runner_on_start":
+                    os.kill(os.getpid(), signal.SIGTERM)
+            spec = RunSpec(playbook=Path({str(playbook)!r}), inventory=Path({str(inv)!r}),
+                           target_group="gpu_nodes", hosts=["local1"])
+            result = run_playbook(spec, on_update=on_update)
+            print(result.status, int(result.exit_code), result.hosts["local1"].status)
+            return int(result.exit_code)
+        sys.exit(cli.main(["sleepy"]))
+        """)
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=60)  # fmt: skip
+    assert proc.returncode == 143, proc.stdout + proc.stderr
+    assert proc.stdout.split() == ["canceled", "143", "stopped"], proc.stdout
+    assert proc.stderr.count("Terminated (SIGTERM).") == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and time.monotonic() - start < 20
+
+
 # --- --limit -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("pattern", ["!!![", "n1,!!n2", "n[1", "nx9", "!nope", "~n[0-9"])
 def test_malformed_or_unmatched_limits_are_refused(inventory, state_dir, pattern):

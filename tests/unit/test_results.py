@@ -124,6 +124,11 @@ def test_a_canceled_run_reports_the_hosts_it_stopped_and_the_signals_exit_code(m
     cases = {(c.classname, c.name): c for c in junit.host_cases(canceled)}
     assert cases[("a", "host stack")].status == "failed"
     assert "stopped" in cases[("a", "host stack")].message
+    from gpustack.k8s.cluster.flow import _host_problem
+
+    assert _host_problem(canceled, "a") == (
+        "host stack not ready: the run was stopped before the host play ended"
+    )
 
 
 def test_a_canceled_run_after_the_recap_stops_no_host():

@@ -111,6 +111,8 @@ def _host_problem(result: RunResult, host: str) -> str:
         return "host stack not ready: the host play did not run on it"
     if hr.unreachable:
         return f"host stack not ready: unreachable ({hr.unreachable_message[:200]})"
+    if hr.stopped and not hr.failed:
+        return "host stack not ready: the run was stopped before the host play ended"
     if hr.failed:
         last = hr.failures[-1] if hr.failures else None
         detail = f" ({last.task}: {last.message[:200]})" if last else ""
