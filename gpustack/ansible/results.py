@@ -42,7 +42,7 @@ class HostResult:
     changes: list[TaskChange] = field(default_factory=list)
     started: bool = False
     finished: bool = False  # the play recap counted it: its play ran to the end
-    stopped: bool = False  # started, and the run was canceled before its play ended
+    stopped: bool = False  # started, and the run ended before its play did
     converged: bool = False  # skipped by install's fast path (gpustack/fleet/converged.py)
 
     @property
@@ -160,8 +160,9 @@ class RunTracker:
             host.unreachable = True
             host.unreachable_message = _message(res)
 
-    def canceled(self) -> None:
-        """The run was canceled: a host whose play had started and not ended was stopped."""
+    def ended(self) -> None:
+        """The run is over: a host whose play had started and is not in the play recap was
+        stopped (a canceled run, or an ansible-playbook that died), not "ok"."""
         for host in self.hosts.values():
             host.stopped = host.started and not host.finished
 

@@ -256,8 +256,7 @@ def _run(
                 raise
             canceled["requested"] = True  # runner stops ansible-playbook at its next check
     thread.join()
-    if runner.status == "canceled":
-        tracker.canceled()
+    tracker.ended()
     if secret_file:
         secret_file.unlink(missing_ok=True)
     if credentials.scrub_file(Path(runner.config.artifact_dir) / "stdout") or masked:

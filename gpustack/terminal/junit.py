@@ -33,7 +33,7 @@ def host_cases(result: RunResult) -> list[Case]:
             continue
         cases.append(Case(host.name, "reachable", "passed"))
         if host.stopped and not host.failures:
-            message = "the run was stopped (Ctrl-C or SIGTERM) before this host's play ended"
+            message = "the run ended before this host's play did (canceled, or the playbook died)"
             cases.append(Case(host.name, "host stack", "failed", message))
         elif host.failures:
             last = host.failures[-1]

@@ -113,7 +113,7 @@ def test_a_canceled_run_reports_the_hosts_it_stopped_and_the_signals_exit_code(m
     t.handle(ev("runner_on_start", "a", task="Refresh the package lists"))
     t.handle(ev("runner_on_ok", "a", res={"changed": True}))
     t.handle(ev("runner_on_failed", "b", res={"msg": "boom"}))
-    t.canceled()
+    t.ended()
     assert [t.hosts[h].status for h in "abc"] == ["stopped", "failed", "not run"]
     canceled = result(t, "canceled", 254)
     assert canceled.summary()["stopped"] == 1 and canceled.summary()["ok"] == 0
@@ -123,11 +123,11 @@ def test_a_canceled_run_reports_the_hosts_it_stopped_and_the_signals_exit_code(m
     assert canceled.exit_code == ExitCode.TERMINATED
     cases = {(c.classname, c.name): c for c in junit.host_cases(canceled)}
     assert cases[("a", "host stack")].status == "failed"
-    assert "stopped" in cases[("a", "host stack")].message
+    assert "ended before this host's play" in cases[("a", "host stack")].message
     from gpustack.k8s.cluster.flow import _host_problem
 
     assert _host_problem(canceled, "a") == (
-        "host stack not ready: the run was stopped before the host play ended"
+        "host stack not ready: the run ended before the host play did"
     )
 
 
@@ -135,8 +135,18 @@ def test_a_canceled_run_after_the_recap_stops_no_host():
     t = RunTracker(["a"])
     t.handle(ev("runner_on_ok", "a", res={}))
     t.handle({"event": "playbook_on_stats", "event_data": {"ok": {"a": 1}}})
-    t.canceled()
+    t.ended()
     assert t.hosts["a"].status == "ok"
+
+
+def test_a_run_whose_playbook_died_stops_the_hosts_it_had_started():
+    """ansible-playbook killed (OOM, a crash) before its recap: not "1 ok" with exit 1."""
+    t = RunTracker(["a"])
+    t.handle(ev("runner_on_ok", "a", res={"changed": True}))
+    t.ended()
+    died = result(t, "failed", -9)
+    assert t.hosts["a"].status == "stopped" and died.summary()["ok"] == 0
+    assert died.exit_code == ExitCode.HOST_FAILED
 
 
 def test_host_never_reached_is_not_reported_ok():

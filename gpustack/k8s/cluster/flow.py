@@ -112,7 +112,7 @@ def _host_problem(result: RunResult, host: str) -> str:
     if hr.unreachable:
         return f"host stack not ready: unreachable ({hr.unreachable_message[:200]})"
     if hr.stopped and not hr.failed:
-        return "host stack not ready: the run was stopped before the host play ended"
+        return "host stack not ready: the run ended before the host play did"
     if hr.failed:
         last = hr.failures[-1] if hr.failures else None
         detail = f" ({last.task}: {last.message[:200]})" if last else ""
