@@ -51,13 +51,17 @@ INSTALLED = (
 # the toolkit repository (signed, key from the same file).
 FLOOR = """set -e
 export DEBIAN_FRONTEND=noninteractive
+t0=$(date +%s.%N)
 sed -i 's/^Components: main$/Components: main contrib non-free non-free-firmware/' \
   /etc/apt/sources.list.d/debian.sources
 gpg --dearmor < {repo}/gpgkey > /usr/share/keyrings/floor-toolkit.gpg
 echo "deb [signed-by=/usr/share/keyrings/floor-toolkit.gpg] \
 file:{repo}/stable/deb/$(dpkg --print-architecture) /" > /etc/apt/sources.list.d/floor-toolkit.list
+t1=$(date +%s.%N)
 apt-get update -qq
+t2=$(date +%s.%N)
 apt-get install -y -qq --no-install-recommends {packages} >/dev/null
+echo "floor-steps $t0 $t1 $t2 $(date +%s.%N)"
 """
 
 
@@ -78,6 +82,31 @@ def persistenced_hangs(ssh: dict[str, list[str]], hosts: list[str]) -> list[str]
         if proc.stdout.strip() not in ("", "0"):
             hung.append(host)
     return hung
+
+
+def floor_steps(outputs: dict[str, str]) -> dict[str, tuple[float, float, float, float]]:
+    """Per floor host, from its `floor-steps` line: (sources, update, install) seconds and the
+    end of its install, the clock starting at the first host's start (the nodes share the
+    machine's clock)."""
+    marks = {}
+    for host, text in outputs.items():
+        line = next(line for line in text.splitlines() if line.startswith("floor-steps "))
+        marks[host] = [float(value) for value in line.split()[1:]]
+    start = min(m[0] for m in marks.values())
+    return {h: (m[1] - m[0], m[2] - m[1], m[3] - m[2], m[3] - start) for h, m in marks.items()}
+
+
+def print_floor_steps(outputs: dict[str, str]) -> None:
+    """The floor's steps per node. Lab nodes take turns on the shared apt cache's lock, so the
+    second node's install includes its wait for the first; its own share starts at the first
+    one's end."""
+    steps = floor_steps(outputs)
+    own = run_profile.turns({h: (step[3] - step[2], step[3]) for h, step in steps.items()})
+    for host, (sources, update, install, end) in sorted(steps.items(), key=lambda kv: kv[1][3]):
+        print(
+            f"  {host}: sources {sources:.1f} s, apt-get update {update:.1f} s, apt-get install "
+            f"{install:.1f} s (its own turn {own[host]:.1f} s), done at {end:.1f} s"
+        )
 
 
 def installed(ssh: list[str]) -> set[str]:
@@ -114,6 +143,7 @@ def one_round(lab: str, top: int) -> tuple[float, float, float, int]:
     floor_s, procs = labbench.on_hosts(ssh, floor_hosts, script)
     for host, done in procs.items():
         labbench.must(done, f"apt floor on {host}")
+    print_floor_steps({host: done.stdout for host, done in procs.items()})
     floor_added = sorted(installed(ssh[floor_hosts[0]]) - before)
     differs = sorted(set(floor_added) ^ set(added))
     same = "the same set" if not differs else f"{len(floor_added)}, differing in {differs}"

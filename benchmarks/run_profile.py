@@ -108,6 +108,16 @@ def load(path: Path) -> tuple[list[TaskTime], float, float]:
     return list(tasks.values()), first or 0.0, last or 0.0
 
 
+def turns(spans: dict[str, tuple[float, float]]) -> dict[str, float]:
+    """Each host's own share of a step the hosts take in turns (the lab's nodes share one apt
+    cache and its lock): from the later of its start and the previous host's end, to its end."""
+    own, previous = {}, None
+    for host, (start, end) in sorted(spans.items(), key=lambda kv: kv[1][1]):
+        own[host] = end - max(start, previous if previous is not None else start)
+        previous = end
+    return own
+
+
 def report(path: Path, top: int) -> float:
     """Print the run's profile; return the wall time of its ansible.builtin.apt tasks."""
     tasks, first, last = load(path)
@@ -124,6 +134,9 @@ def report(path: Path, top: int) -> float:
     )
     apt_wall = _union([(t.first_start, t.last_end) for t in tasks if t.action == APT])
     print(f"  wall time in {APT} tasks {apt_wall:.1f} s, outside them {total - apt_wall:.1f} s")
+    for task in (t for t in tasks if t.action == APT and len(t.spans) > 1 and t.wall > 5):
+        shares = ", ".join(f"{h} {s:.1f} s" for h, s in turns(task.spans).items())
+        print(f"  {task.name[:60]}: each host's own turn: {shares}")
     for host, (before, inside, after) in sorted(package_path(tasks, first, last).items()):
         amid = total - before - inside - after
         print(f"  {host}: {before:.1f} s before its first apt task, {inside:.1f} s in apt tasks "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks import first_install_vs_apt
+from benchmarks import first_install_vs_apt, run_profile
 
 
 def _rounds(results):
@@ -29,3 +29,24 @@ def test_only_one_round_is_run_again(capsys):
 def test_rounds_without_downloads_all_count():
     rounds = [(38.0, 20.0, 14.0, 0), (37.0, 20.5, 13.5, 0), (39.0, 19.5, 14.5, 0)]
     assert first_install_vs_apt.counted_rounds(3, _rounds(rounds)) == rounds
+
+
+def test_the_floor_steps_and_each_nodes_own_turn_on_the_apt_lock(capsys):
+    """Node 4's install waited for node 3's turn on the lab's apt lock: its own turn starts at
+    node 3's end."""
+    out = {"n3": "noise\nfloor-steps 100.0 100.1 101.6 111.0\n",
+           "n4": "floor-steps 100.05 100.15 101.7 121.0\n"}  # fmt: skip
+    steps = first_install_vs_apt.floor_steps(out)
+    assert [round(v, 2) for v in steps["n4"]] == [0.1, 1.55, 19.3, 21.0]
+    first_install_vs_apt.print_floor_steps(out)
+    first, second = capsys.readouterr().out.splitlines()
+    assert (
+        "n3: sources 0.1 s, apt-get update 1.5 s, apt-get install 9.4 s (its own turn 9.4" in first
+    )
+    assert "apt-get install 19.3 s (its own turn 10.0 s), done at 21.0 s" in second
+
+
+def test_turns_on_a_shared_lock():
+    spans = {"a": (7.85, 19.48), "b": (7.86, 30.30), "c": (40.0, 45.0)}
+    own = run_profile.turns(spans)
+    assert {h: round(s, 2) for h, s in own.items()} == {"a": 11.63, "b": 10.82, "c": 5.0}
