@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from gpustack.ansible.input_formats import DriverInputs
 from gpustack.ansible.invocation import check_output, check_writable, invocation, user_extravars
 from gpustack.ansible.playbook import host_locks
-from gpustack.errors import BadInput, ExitCode, canceled_exit_code
+from gpustack.errors import BadInput, ExitCode, GpustackError, canceled_exit_code
 from gpustack.terminal import output
 from gpustack.terminal.upgrade_view import UpgradeLive, counts, node_rows, print_plan, print_summary
 from gpustack.upgrade.backend import HostOnlyBackend, StepOptions
@@ -21,7 +21,7 @@ from gpustack.upgrade.executors import ThreadExecutor
 from gpustack.upgrade.orchestrator import Orchestrator, RolloutPolicy, RolloutResult
 from gpustack.upgrade.planner import Limits, NodeView, plan_batches, resolve_max_unavailable
 from gpustack.upgrade.session import open_run
-from gpustack.upgrade.state import FileStateStore, Target, UpgradeRun, state_path_for
+from gpustack.upgrade.state import FileStateStore, Target, UpgradeRun, UpgradeState, state_path_for
 
 
 @dataclass
@@ -83,8 +83,10 @@ def _target(opts: UpgradeOptions, extravars: dict[str, Any]) -> Target:
     return Target(version=version, branch=branch if not version else "")
 
 
-def run_upgrade(opts: UpgradeOptions, upgrader_factory=None) -> int:
-    """Exit code of `gpustack upgrade`. `upgrader_factory` lets tests inject a host upgrader."""
+def run_upgrade(opts: UpgradeOptions, upgrader_factory=None, target_check=None) -> int:
+    """Exit code of `gpustack upgrade`. `upgrader_factory` lets tests inject a host upgrader,
+    `target_check` the check that every node can have the target (`host.check_target`'s
+    signature; with an injected upgrader and no check, none runs: no host is contacted)."""
     check_output(opts.output)
     if opts.report:
         check_writable(opts.report)
@@ -153,15 +155,18 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None) -> int:
         if opts.dry_run:
             return _dry_run(opts, run, inventory.hosts, backend, policy, store.path)
 
+        conditions = backend.conditions(inventory.hosts)
         activity: dict[str, str] = {}
         if upgrader_factory is None:
-            from gpustack.upgrade.host import AnsibleHostUpgrader
+            from gpustack.upgrade.host import AnsibleHostUpgrader, check_target
 
             upgrade_host = AnsibleHostUpgrader(inventory, extravars, opts.verbose, activity)
+            target_check = target_check or check_target
         else:
             upgrade_host = upgrader_factory(inventory, extravars)
+        if target_check is not None:
+            _check_target(opts, run, inventory, extravars, conditions, target, target_check)
         if not run.history:  # a new run: every node (but those labelled skip) is upgrade-required
-            conditions = backend.conditions(inventory.hosts)
             for name in inventory.hosts:
                 if not conditions[name].skip:
                     backend.record_state(name, run.nodes[name].state)
@@ -184,6 +189,34 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None) -> int:
             result = orch.execute()
         store.save(run)  # one snapshot: the journal of this run's transitions folded in
         return _finish(opts, run, orch, result, store.path, limits)
+
+
+def _check_target(opts, run, inventory, extravars, conditions, target, target_check) -> None:
+    """Before any node is taken out of service: every node the rollout would upgrade can have
+    the target (its sources offer that version). A typo in --driver-version, or a version the
+    archive does not carry, was found only on the first node, after its cordon and drain."""
+    final = {UpgradeState.DONE} | (set() if opts.retry_failed else {UpgradeState.FAILED})
+    hosts = [n for n in inventory.hosts
+             if run.nodes[n].state not in final and not conditions[n].skip]  # fmt: skip
+    if not hosts:
+        return
+    output.stderr.print(
+        f"Checking that the sources offer {target.describe()} on {len(hosts)} node(s) "
+        "before any is taken out of service…"
+    )
+    problems = target_check(inventory, hosts, extravars, opts.verbose)
+    if not problems:
+        return
+    first, message = next(iter(problems.items()))
+    reason, _, hint = message.partition(" Hint: ")
+    others = f" (and {len(problems) - 1} more node(s))" if len(problems) > 1 else ""
+    raise GpustackError(
+        f"{first}: {reason.strip()}{others}. No node was taken out of service",
+        hint.strip() or "fix the node or its sources (`gpustack doctor`), then run upgrade again",
+        ExitCode.BAD_INPUT
+        if all(m.startswith("Resolve the exact version") for m in problems.values())
+        else ExitCode.HOST_FAILED,
+    )
 
 
 def _backend(kubeconfig: str | None, inventory, extravars):

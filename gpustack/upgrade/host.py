@@ -10,6 +10,35 @@ from gpustack.ansible.inventory import Inventory
 from gpustack.upgrade.backend import HostOutcome
 
 PLAYBOOK = "upgrade.yml"  # gpu_preflight + nvidia_driver
+CHECK_PLAYBOOK = "upgrade_check.yml"  # gpu_preflight + the driver's sources and version
+
+
+def check_target(
+    inventory: Inventory, hosts: list[str], extravars: dict[str, Any], verbose: int = 0
+) -> dict[str, str]:
+    """The hosts that cannot have the target driver, each with why (the driver role's own
+    message); empty when all can. One run over `hosts`, before any of them is taken out of
+    service. A canceled run raises KeyboardInterrupt (the command's Ctrl-C/SIGTERM path)."""
+    from gpustack.ansible import runner
+
+    subset = dataclasses.replace(inventory, hosts=list(hosts))
+    result = runner.run_playbook(
+        runner.build_run_spec(CHECK_PLAYBOOK, subset, extravars, verbosity=verbose)
+    )
+    if result.status == "canceled":
+        raise KeyboardInterrupt
+    problems = {}
+    for name in hosts:
+        host = result.hosts.get(name)
+        if host is None or host.status == "not run":
+            problems[name] = "the check did not run on it"
+        elif host.unreachable:
+            problems[name] = f"unreachable: {host.unreachable_message}"
+        elif host.failures:
+            problems[name] = host.failures[-1].message
+        elif host.status == "stopped":
+            problems[name] = "the check stopped before its end"
+    return problems
 
 
 class AnsibleHostUpgrader:

@@ -67,6 +67,23 @@ def assert_one_at_a_time(run: UpgradeRun) -> None:
         assert end <= start, f"overlapping upgrades: {spans}"
 
 
+def test_a_version_no_source_offers_is_refused_before_any_node_is_touched(lab):
+    """Until 2026-11-29 the first node was taken out of service (cordoned and drained, with a
+    kubeconfig) and only then found that the archive does not carry the version."""
+    inventory, env = lab
+    snapshot = VERSIONS + "; apt-mark showhold | sort; ls /etc/apt/sources.list.d"
+    before = {node: ssh(inventory, node, snapshot).stdout for node in NODES}
+    proc = run_cli("upgrade", str(inventory), "--driver-version", "999.1-1", env=env, timeout=600)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    error, hint = proc.stderr.strip().splitlines()[-2:]
+    assert error.startswith(f"Error: {NODES[0]}: Resolve the exact version to install: NVIDIA "
+                            "driver version 999.1-1 is not available from source 'distro'"), error  # fmt: skip
+    assert error.endswith("(and 2 more node(s)). No node was taken out of service"), error
+    assert hint.startswith("Hint: the distribution archive must offer nvidia-kernel-dkms"), hint
+    assert load_state(inventory, env) is None
+    assert {node: ssh(inventory, node, snapshot).stdout for node in NODES} == before
+
+
 def test_rolling_upgrade_stops_on_sigterm_and_resumes(lab):
     inventory, env = lab
     for node in NODES:

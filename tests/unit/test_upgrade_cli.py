@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from gpustack.errors import BadInput
+from gpustack.errors import BadInput, ExitCode, GpustackError
 from gpustack.upgrade.command import UpgradeOptions, run_upgrade
 from gpustack.upgrade.state import FileStateStore, state_path_for
 from tests.conftest import run_cli, runs_started
@@ -119,6 +119,40 @@ def test_rollout_report_and_resume_rules(inv, state_dir, tmp_path, capsys):
     upgrader = FakeHostUpgrader(version=OLD)
     assert run_upgrade(options(inv, driver_version=OLD), fake(upgrader)) == 0
     assert len(upgrader.calls) == 5
+
+
+def test_a_target_some_node_cannot_have_is_refused_before_any_node_is_touched(inv, state_dir):
+    """The target is checked on the nodes the rollout would upgrade before the first cordon (a
+    version no source offers was found only on the first node, cordoned and drained by then)."""
+    upgrader, checked = FakeHostUpgrader(), []
+    missing = ("Resolve the exact version to install: NVIDIA driver version 999.1 is not available"
+               " from source 'distro'; available: 535.261.03-1 Hint: see apt-cache madison")  # fmt: skip
+
+    def check(inventory, hosts, extravars, verbose):
+        checked.append(list(hosts))
+        return {"gpu2": missing, "gpu4": missing}
+
+    with pytest.raises(GpustackError) as err:
+        run_upgrade(options(inv), fake(upgrader), target_check=check)
+    assert err.value.exit_code == ExitCode.BAD_INPUT
+    assert err.value.message.startswith("gpu2: Resolve the exact version to install: NVIDIA")
+    assert "(and 1 more node(s)). No node was taken out of service" in err.value.message
+    assert err.value.hint == "see apt-cache madison"
+    assert checked == [[f"gpu{i}" for i in range(1, 6)]] and upgrader.calls == []
+    assert not state_path_for(inv).exists()
+
+    # Another failure (an unreachable node) is a host failure, with a generic hint.
+    with pytest.raises(GpustackError) as err:
+        run_upgrade(
+            options(inv), fake(upgrader), target_check=lambda *a: {"gpu1": "unreachable: x"}
+        )
+    assert err.value.exit_code == ExitCode.HOST_FAILED and "gpustack doctor" in err.value.hint
+
+    # A resume checks only the nodes still to do.
+    assert run_upgrade(options(inv), fake(FakeHostUpgrader(fail={"gpu3": "E: boom"}))) == 1
+    checked.clear()
+    assert run_upgrade(options(inv, resume=True), fake(upgrader), target_check=lambda i, h, e, v: checked.append(h) or {}) == 1  # fmt: skip
+    assert checked == [["gpu4", "gpu5"]] and upgrader.calls == ["gpu4", "gpu5"]
 
 
 def test_the_next_upgrade_starts_the_nodes_that_took_longest(inv, state_dir, capsys):
