@@ -214,12 +214,8 @@ def test_sigterm_exits_143_like_ctrl_c(tmp_path):
     assert "Terminated (SIGTERM)" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_a_cancel_stops_the_playbook_within_a_second(tmp_path, state_dir):
-    """ansible-runner asks whether to cancel once per pexpect wait, 5 s by default: a Ctrl-C or
-    SIGTERM let the playbook run up to 5 s more (measured on a lab node on 2026-11-29: exit 4.3-5.1 s
-    after a SIGTERM during the first seconds of an install, its tasks going on meanwhile)."""
-    from gpustack.ansible.runner import RunSpec, run_playbook
-
+def _sleeping_play(tmp_path: Path) -> tuple[Path, Path]:
+    """A playbook whose one task sleeps a minute, and an inventory of this machine (local)."""
     playbook = tmp_path / "sleep.yml"
     playbook.write_text("- hosts: all\n  gather_facts: false\n  tasks:\n"
                         "    - name: Sleep\n      ansible.builtin.command: sleep 60\n"
@@ -228,6 +224,16 @@ def test_a_cancel_stops_the_playbook_within_a_second(tmp_path, state_dir):
     inv.write_text(
         "[gpu_nodes]\nlocal1 ansible_connection=local ansible_python_interpreter=/usr/bin/python3\n"
     )
+    return playbook, inv
+
+
+def test_a_cancel_stops_the_playbook_within_a_second(tmp_path, state_dir):
+    """ansible-runner asks whether to cancel once per pexpect wait, 5 s by default: a Ctrl-C or
+    SIGTERM let the playbook run up to 5 s more (measured on a lab node on 2026-11-29: exit 4.3-5.1 s
+    after a SIGTERM during the first seconds of an install, its tasks going on meanwhile)."""
+    from gpustack.ansible.runner import RunSpec, run_playbook
+
+    playbook, inv = _sleeping_play(tmp_path)
     started: list[float] = []
 
     def on_update(tracker, event) -> None:
@@ -246,14 +252,7 @@ def test_a_cancel_stops_the_playbook_within_a_second(tmp_path, state_dir):
 def test_sigterm_during_a_playbook_stops_it_and_says_so_once(tmp_path, state_dir):
     """SIGTERM while ansible-playbook runs: the run is canceled (not an exception through the
     command), the process exits 143, its report says 143, and "Terminated" is said once."""
-    playbook = tmp_path / "sleep.yml"
-    playbook.write_text("- hosts: all\n  gather_facts: false\n  tasks:\n"
-                        "    - name: Sleep\n      ansible.builtin.command: sleep 60\n"
-                        "      changed_when: false\n")  # fmt: skip
-    inv = tmp_path / "local.ini"
-    inv.write_text(
-        "[gpu_nodes]\nlocal1 ansible_connection=local ansible_python_interpreter=/usr/bin/python3\n"
-    )
+    playbook, inv = _sleeping_play(tmp_path)
     script = textwrap.dedent(f"""\
         import os, signal, sys
         from pathlib import Path
