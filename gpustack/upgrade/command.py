@@ -208,11 +208,13 @@ def _check_target(opts, run, inventory, extravars, conditions, target, target_ch
     if not problems:
         return
     first, message = next(iter(problems.items()))
-    reason, _, hint = message.partition(" Hint: ")
+    reason, _, hint = (" ".join(part.split()) for part in message.partition(" Hint: "))  # one line
     others = f" (and {len(problems) - 1} more node(s))" if len(problems) > 1 else ""
     raise GpustackError(
-        f"{first}: {reason.strip()}{others}. No node was taken out of service",
-        hint.strip() or "fix the node or its sources (`gpustack doctor`), then run upgrade again",
+        f"{first}: {reason}{others}. No node was taken out of service",
+        hint
+        or "fix the node or its sources (`gpustack doctor`), or leave it out with --limit, "
+        "then run upgrade again",
         ExitCode.BAD_INPUT
         if all(m.startswith("Resolve the exact version") for m in problems.values())
         else ExitCode.HOST_FAILED,

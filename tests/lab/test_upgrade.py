@@ -144,18 +144,40 @@ def test_a_failing_node_stops_the_rollout(lab):
                          "--dry-run")  # fmt: skip
     assert code == 0 and plan["measured_nodes"] == 3, plan
     first = plan["plan"][0][0]
+    finished = load_state(inventory, env)
+
+    # A broken source on that node: found by the target check, before any node is touched.
     ssh(inventory, first, f"echo 'deb broken-on-purpose' > {BROKEN}")
+    try:
+        proc = run_cli("upgrade", str(inventory), "--driver-version", OLD, "--max-unavailable",
+                       "1", env=env, timeout=600)  # fmt: skip
+    finally:
+        ssh(inventory, first, f"rm -f {BROKEN}")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    error, hint = proc.stderr.strip().splitlines()[-2:]
+    assert error.startswith(f"Error: {first}: "), error
+    assert "Malformed" in error or "broken-on-purpose" in error, error
+    assert error.endswith("No node was taken out of service") and hint.startswith("Hint: "), hint
+    assert load_state(inventory, env) == finished  # no new run recorded
+    for node in NODES:
+        assert ssh(inventory, node, VERSIONS).stdout.split() == [NEW] * 3
+
+    # dpkg refusing on that node (the sources are fine, the check passes): its upgrade fails,
+    # and the rollout stops there.
+    refuse = ("echo 'DPkg::Pre-Invoke { \"echo gpustack-test: dpkg refused on purpose >&2; "
+              "false\"; };' > /etc/apt/apt.conf.d/99gpustack-test-refuse")  # fmt: skip
+    ssh(inventory, first, refuse)
     try:
         code, doc = upgrade(inventory, env, "--driver-version", OLD, "--max-unavailable", "1")
     finally:
-        ssh(inventory, first, f"rm -f {BROKEN}")
+        ssh(inventory, first, "rm -f /etc/apt/apt.conf.d/99gpustack-test-refuse")
     assert code == 1, doc
     assert doc["status"] == "failed" and doc["exit_code"] == 1
     assert doc["message"].startswith(f"Rollout stopped: 1 node(s) failed (max-failures 0); last: {first}")  # fmt: skip
     node = doc["nodes"][first]
     assert node["state"] == "upgrade-failed"
-    assert node["reason"].startswith("driver role: "), node
-    assert "Malformed" in node["reason"] or "broken-on-purpose" in node["reason"], node
+    assert node["reason"].startswith("driver role: Install the driver packages"), node
+    assert "dpkg refused on purpose" in node["reason"], node
     assert node["artifacts"] and Path(node["artifacts"]).is_dir()
     for other in [n for n in NODES if n != first]:
         assert doc["nodes"][other]["state"] == "upgrade-required"
