@@ -211,7 +211,7 @@ def _check_target(opts, run, inventory, extravars, conditions, target, target_ch
     reason, _, hint = (" ".join(part.split()) for part in message.partition(" Hint: "))  # one line
     others = f" (and {len(problems) - 1} more node(s))" if len(problems) > 1 else ""
     raise GpustackError(
-        f"{first}: {reason}{others}. No node was taken out of service",
+        f"{first}: {reason.rstrip('.')}{others}. No node was taken out of service",
         hint
         or "fix the node or its sources (`gpustack doctor`), or leave it out with --limit, "
         "then run upgrade again",

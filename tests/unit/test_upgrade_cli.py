@@ -141,12 +141,13 @@ def test_a_target_some_node_cannot_have_is_refused_before_any_node_is_touched(in
     assert checked == [[f"gpu{i}" for i in range(1, 6)]] and upgrader.calls == []
     assert not state_path_for(inv).exists()
 
-    # Another failure (an unreachable node) is a host failure, with a generic hint.
+    # Another failure (an unreachable node) is a host failure, with a generic hint; the
+    # reason's own full stop is not doubled, nor its lines kept (one Error: line).
     with pytest.raises(GpustackError) as err:
-        run_upgrade(
-            options(inv), fake(upgrader), target_check=lambda *a: {"gpu1": "unreachable: x"}
-        )
+        run_upgrade(options(inv), fake(upgrader),
+                    target_check=lambda *a: {"gpu1": "unreachable: ssh:\n  no route."})  # fmt: skip
     assert err.value.exit_code == ExitCode.HOST_FAILED and "gpustack doctor" in err.value.hint
+    assert err.value.message == "gpu1: unreachable: ssh: no route. No node was taken out of service"
 
     # A resume checks only the nodes still to do.
     assert run_upgrade(options(inv), fake(FakeHostUpgrader(fail={"gpu3": "E: boom"}))) == 1
