@@ -519,6 +519,32 @@ def test_status_shows_a_node_moved_after_its_upgrade_was_recorded_done():
     assert row.drift == []
 
 
+def test_no_upgrade_kill_point_is_a_task_of_the_upgrade_target_check():
+    """`gpustack upgrade` first runs playbooks/upgrade_check.yml, and kill_rerun.py watches every
+    run under the state directory: a kill point that the check's tasks share would kill the check
+    (no node out of service yet) instead of the rollout it means to test."""
+    import re
+
+    from benchmarks import kill_rerun
+
+    files = ["playbooks/upgrade_check.yml", "roles/gpu_preflight/tasks/*.yml",
+             "roles/dpkg_ready/tasks/*.yml", "roles/apt_signed_repo/tasks/*.yml"] + [
+        f"roles/nvidia_driver/tasks/{name}.yml"
+        for name in ("check_target", "preflight", "sources", "repository_*", "resolve_*",
+                     "commit_sources", "rollback_sources")
+    ]  # fmt: skip
+    names = set()
+    for pattern in files:
+        paths = sorted(ROOT.glob(pattern))
+        assert paths, pattern
+        for path in paths:
+            text = path.read_text()
+            names |= {m.strip().strip("\"'") for m in re.findall(r"^\s*- name:\s*(.+)$", text, re.M)}
+    assert "Refresh the package lists (at most hourly; at once when sources changed)" in names
+    shared = [point for point, _ in kill_rerun.UPGRADE_POINTS if point in names]
+    assert shared == []
+
+
 def test_every_kill_point_names_a_task_the_roles_have():
     """A renamed task must not leave the kill-and-rerun campaign waiting for a name that never
     starts (its trials then end without a kill at that point)."""
