@@ -13,7 +13,8 @@ and busybox image of tests/fixtures/lab_fixtures.py). Then:
 
 and prints both times and the ratio (target <= 1.3), with the top tasks of gpustack's run from
 ansible-runner's job events (benchmarks/run_profile.py), and gpustack's time outside its
-ansible.builtin.apt tasks (the part that does not depend on how long dpkg takes). The apt
+apt tasks (transactions and the lists' refresh, run_profile.APT_ACTIONS: the part that does not
+depend on how long apt-get and dpkg take). The apt
 cache is shared by all lab nodes (as `gpustack lab up` sets it): the packages the floor installs
 were fetched by gpustack's run; a round whose gpustack run fetched any (a cache just emptied)
 timed downloads the floor did not make, so it is not counted and runs again once on fresh nodes

@@ -52,7 +52,11 @@ HOLD_DRIVER = (
 # (task name as ansible-runner reports it, the layer to reset before the trial)
 KILL_POINTS = [
     ("Enable the archive components that carry the NVIDIA driver", "driver"),
-    ("Refresh the package lists (at most hourly; at once when sources changed)", "driver"),
+    (
+        "Refresh the package lists (at most hourly; at once when sources changed) and list the"
+        " versions the sources offer",
+        "driver",
+    ),
     ("Pin the driver version", "driver"),
     (
         "Record the packages installed before the first driver install, mask nvidia-persistenced"

@@ -65,6 +65,38 @@ def run(args, data=None, env=None):
         return 127, "", str(exc)
 
 
+def parse_apt_errors(output):
+    """apt-get update's complaints (gpustack_apt_source: about one source; gpustack_apt_lists: about
+    every source): [(uri or '', reason)], warnings."""
+    errors, warnings = [], []
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
+        match = re.match(r"^Err:\d+\s+(\S+)", line)
+        if match:
+            reason = []
+            for follow in lines[i + 1 :]:
+                if not follow.startswith(" "):
+                    break
+                reason.append(follow.strip())
+            errors.append((match.group(1), " ".join(reason)))
+            continue
+        match = re.match(r"^([WE]):\s*(.*)$", line)
+        if not match:
+            continue
+        text = match.group(2)
+        if text.startswith("Some index files failed to download"):
+            continue
+        fetch = re.match(r"^Failed to fetch (\S+)\s+(.*)$", text)
+        if fetch:
+            if not any(fetch.group(2) == reason for _, reason in errors):
+                errors.append((fetch.group(1), fetch.group(2)))
+        elif match.group(1) == "E" or re.search(r"GPG error|NO_PUBKEY|signature", text):
+            errors.append(("", text))
+        else:
+            warnings.append(text)
+    return errors, warnings
+
+
 def process(pid):
     """'pid N (command line)' of a running process (its command line cut at 160 characters), or
     'pid N' when it cannot be read: how gpustack names a lock's holder in its messages."""

@@ -118,7 +118,10 @@ import subprocess
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import run
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import (
+    parse_apt_errors,
+    run,
+)
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_keyfetch import (
     fetch_failure,
     fetch_key,
@@ -277,37 +280,6 @@ def restore(before):
             write(p, entry[0], entry[1])
             restored.append(p)
     return restored
-
-
-def parse_apt_errors(output):
-    """apt-get update's complaints about the source: [(uri or '', reason)], warnings."""
-    errors, warnings = [], []
-    lines = output.splitlines()
-    for i, line in enumerate(lines):
-        match = re.match(r"^Err:\d+\s+(\S+)", line)
-        if match:
-            reason = []
-            for follow in lines[i + 1 :]:
-                if not follow.startswith(" "):
-                    break
-                reason.append(follow.strip())
-            errors.append((match.group(1), " ".join(reason)))
-            continue
-        match = re.match(r"^([WE]):\s*(.*)$", line)
-        if not match:
-            continue
-        text = match.group(2)
-        if text.startswith("Some index files failed to download"):
-            continue
-        fetch = re.match(r"^Failed to fetch (\S+)\s+(.*)$", text)
-        if fetch:
-            if not any(fetch.group(2) == reason for _, reason in errors):
-                errors.append((fetch.group(1), fetch.group(2)))
-        elif match.group(1) == "E" or re.search(r"GPG error|NO_PUBKEY|signature", text):
-            errors.append(("", text))
-        else:
-            warnings.append(text)
-    return errors, warnings
 
 
 def classify(reasons):

@@ -542,7 +542,7 @@ def test_no_upgrade_kill_point_is_a_task_of_the_upgrade_target_check():
             names |= {
                 m.strip().strip("\"'") for m in re.findall(r"^\s*- name:\s*(.+)$", text, re.M)
             }
-    assert "Refresh the package lists (at most hourly; at once when sources changed)" in names
+    assert any(name.startswith("Refresh the package lists (at most hourly") for name in names)
     shared = [point for point, _ in kill_rerun.UPGRADE_POINTS if point in names]
     assert shared == []
 

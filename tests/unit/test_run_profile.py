@@ -31,7 +31,8 @@ def _event(directory, number, host, task, action, start, end, kind="runner_on_ok
 
 @pytest.fixture
 def run(tmp_path):
-    """Two hosts; the second waits for the first on the package lock (apt 2-6 on a, 2-10 on b)."""
+    """Two hosts; the second waits for the first on the package lock (apt 2-6 on a, 2-10 on b);
+    a lists refresh (gpustack_apt_lists) counts as apt work."""
     events = tmp_path / "job_events"
     events.mkdir()
     start = {"event": "playbook_on_start", "created": T0.isoformat(), "event_data": {}}
@@ -43,8 +44,8 @@ def run(tmp_path):
         ("b", "install", run_profile.APT, 2, 10),
         ("a", "configure", "ansible.builtin.command", 10, 11),
         ("b", "configure", "ansible.builtin.command", 10, 12),
-        ("a", "toolkit", run_profile.APT, 12, 13),
-        ("b", "toolkit", run_profile.APT, 12, 14),
+        ("a", "toolkit", "gpustack.gpustack.gpustack_apt_lists", 12, 13),
+        ("b", "toolkit", "gpustack.gpustack.gpustack_apt_lists", 12, 14),
         ("a", "verify", "ansible.builtin.command", 14, 15),
         ("b", "verify", "ansible.builtin.command", 14, 16),
     ]
