@@ -17,8 +17,12 @@ description:
     exactly that, even after a run that was killed half way.
   - Marks the change pending (C(<state_file dir>/apt-txn/archive-components.pending)) before
     it changes a file; the mark stays until I(state=commit) (the caller refreshed the package
-    lists and found what it needed) or I(state=absent). C(pending) in the result tells the
-    caller that an earlier run changed the sources and never refreshed the lists.
+    lists and found what it needed), I(state=rollback) or I(state=absent). C(pending) in the
+    result tells the caller that an earlier run changed the sources and never refreshed the
+    lists.
+  - I(state=rollback) takes back only what no commit has ended yet (this run's additions, or an
+    interrupted run's); what committed runs added stays (I(state=absent), the uninstall, takes
+    back everything gpustack added).
   - Supports check mode and diff mode; keeps a backup of each changed file when I(backup).
 options:
   components: {type: list, elements: str, required: true, description: Components to add.}
@@ -26,8 +30,10 @@ options:
   state:
     type: str
     default: present
-    choices: [present, absent, commit]
-    description: Add, undo, or end the change (the lists were refreshed).
+    choices: [present, absent, commit, rollback]
+    description: >-
+      Add; undo everything gpustack added (absent); end the change (commit - the lists were
+      refreshed); undo the change no commit ended (rollback).
   state_file: {type: path, default: /var/lib/gpustack/apt-components.json, description: Record.}
   backup: {type: bool, default: true, description: Back up changed files.}
   sources_dir: {type: path, default: /etc/apt, description: APT configuration directory.}
@@ -186,12 +192,40 @@ def write_record(path, record):
     os.rename(tmp, path)
 
 
+def merged(entries, more):
+    """Entries (what was added where) with `more` folded in: one per source and suites, the
+    components added there over all runs."""
+    out = [dict(e, added=list(e["added"])) for e in entries]
+    for entry in more:
+        same = [e for e in out if (e["uris"], e["suites"]) == (entry["uris"], entry["suites"])]
+        if same:
+            same[0]["added"] += [c for c in entry["added"] if c not in same[0]["added"]]
+        else:
+            out.append(dict(entry, added=list(entry["added"])))
+    return out
+
+
+def unmerged(entries, undo):
+    """Entries less what `undo` takes back (entries left with nothing added are dropped)."""
+    taken = dict(((e["uris"], e["suites"]), e["added"]) for e in undo)
+    out = []
+    for entry in entries:
+        left = [
+            c for c in entry["added"] if c not in taken.get((entry["uris"], entry["suites"]), [])
+        ]
+        if left:
+            out.append(dict(entry, added=left))
+    return out
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
             components=dict(type="list", elements="str", required=True),
             suites=dict(type="list", elements="str", required=True),
-            state=dict(type="str", default="present", choices=["present", "absent", "commit"]),
+            state=dict(
+                type="str", default="present", choices=["present", "absent", "commit", "rollback"]
+            ),
             state_file=dict(type="path", default="/var/lib/gpustack/apt-components.json"),
             backup=dict(type="bool", default=True),
             sources_dir=dict(type="path", default="/etc/apt"),
@@ -200,26 +234,34 @@ def main():
     )
     p = module.params
     marker = pending_path(p["state_file"])
-    if p["state"] == "commit":
-        if os.path.exists(marker) and not module.check_mode:
-            os.remove(marker)
-        module.exit_json(changed=False, pending=False)
-    pending = os.path.exists(marker)
-    remove = p["state"] == "absent"
-    wanted = p["components"]
     record = {}
     if os.path.exists(p["state_file"]):
         with open(p["state_file"]) as fh:
             record = json.load(fh)
+    if p["state"] == "commit":
+        if not module.check_mode:
+            if "uncommitted" in record:  # what this change added is now the host's, kept
+                write_record(p["state_file"], dict((k, v) for k, v in record.items()
+                                                   if k != "uncommitted"))  # fmt: skip
+            if os.path.exists(marker):
+                os.remove(marker)
+        module.exit_json(changed=False, pending=False)
+    pending = os.path.exists(marker)
+    remove = p["state"] in ("absent", "rollback")
+    wanted = p["components"]
     suites = p["suites"]
+    # A record of an older gpustack has no "uncommitted" list: its pending change is all it knows.
+    undo = record.get("entries") or []
+    if p["state"] == "rollback" and ("uncommitted" in record or not pending):
+        undo = record.get("uncommitted") or []
+        wanted = [] if not undo else wanted
     if remove:
         # Only what gpustack added is taken away again, on the suites it added them to.
         wanted = [c for c in wanted if c in record.get("added", [])]
         suites = record.get("suites") or suites
-        if record.get("entries"):  # what was added where: take back only that
+        if undo:  # what was added where: take back only that
             per_entry = dict(
-                ((e["uris"], e["suites"]), [c for c in e["added"] if c in wanted])
-                for e in record["entries"]
+                ((e["uris"], e["suites"]), [c for c in e["added"] if c in wanted]) for e in undo
             )
 
             def wanted(uris, suite, per_entry=per_entry):
@@ -255,12 +297,11 @@ def main():
             now = [
                 {"uris": t["uris"], "suites": t["suites"], "added": t["added"]} for t in touched_all
             ]
-            keys = set((e["uris"], e["suites"]) for e in now)
-            entries = [e for e in record.get("entries", []) if (e["uris"], e["suites"]) not in keys]
-            entries += now
-            write_record(
-                p["state_file"], {"added": sorted(added), "suites": suites, "entries": entries}
-            )
+            write_record(p["state_file"], {
+                "added": sorted(added), "suites": suites,
+                "entries": merged(record.get("entries", []), now),
+                "uncommitted": merged(record.get("uncommitted", []), now),
+            })  # fmt: skip
             mark_pending(marker)
         for path, after in edits:
             if p["backup"]:
@@ -270,10 +311,16 @@ def main():
                 fh.write(after)
             os.chmod(tmp, os.stat(path).st_mode & 0o7777)
             module.atomic_move(tmp, path)
-        if remove:
-            for path in (p["state_file"], marker):
-                if os.path.exists(path):
-                    os.remove(path)
+        kept = [] if p["state"] == "absent" else unmerged(record.get("entries", []), undo)
+        if remove and kept:  # a rollback: what committed runs added stays recorded
+            write_record(p["state_file"], {
+                "added": sorted(set(c for e in kept for c in e["added"])),
+                "suites": record.get("suites") or suites, "entries": kept,
+            })  # fmt: skip
+        elif remove and os.path.exists(p["state_file"]):
+            os.remove(p["state_file"])
+        if remove and os.path.exists(marker):
+            os.remove(marker)
     module.exit_json(
         changed=bool(changed_files),
         files=changed_files,

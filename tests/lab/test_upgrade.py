@@ -29,6 +29,7 @@ OLD, NEW = "535.261.03-1", "535.309.01-0+deb12u1"
 NODES = [f"{LAB}-node{i}" for i in (1, 2, 3)]
 VERSIONS = "dpkg-query -W -f='${Version} ' nvidia-smi libnvidia-ml1 nvidia-kernel-dkms"
 BROKEN = "/etc/apt/sources.list.d/gpustack-test-broken.list"
+GONE = "/etc/apt/sources.list.d/gpustack-test-gone.list"
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +162,27 @@ def test_a_failing_node_stops_the_rollout(lab):
     assert load_state(inventory, env) == finished  # no new run recorded
     for node in NODES:
         assert ssh(inventory, node, VERSIONS).stdout.split() == [NEW] * 3
+
+    # A source that cannot be fetched (apt-get update exits 0 on it) on the archive's suite: the
+    # check enables the driver's components on it too, fails, and rolls back that line only.
+    # The components the installs enabled (committed) stay: the rollback once took them away,
+    # leaving Debian's archive at `main` under the installed driver.
+    sources = "cat /etc/apt/sources.list.d/*.sources /etc/apt/sources.list 2>/dev/null"
+    before = ssh(inventory, first, sources).stdout
+    assert "non-free" in before
+    gone = "deb [trusted=yes] http://127.0.0.1:9/mirror bookworm main"
+    ssh(inventory, first, f"echo '{gone}' > {GONE}; touch -d '2 hours ago' /var/lib/apt/lists")
+    try:
+        proc = run_cli("upgrade", str(inventory), "--driver-version", OLD, "--max-unavailable",
+                       "1", env=env, timeout=600)  # fmt: skip
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        error = proc.stderr.strip().splitlines()[-2]
+        assert "http://127.0.0.1:9/mirror" in error and "No node was taken out of service" in error
+        assert ssh(inventory, first, f"cat {GONE}").stdout.strip() == gone
+        assert ssh(inventory, first, sources).stdout == before
+    finally:
+        ssh(inventory, first, f"rm -f {GONE}")
+    assert load_state(inventory, env) == finished
 
     # dpkg refusing on that node (the sources are fine, the check passes): its upgrade fails,
     # and the rollout stops there.

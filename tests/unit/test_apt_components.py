@@ -1,5 +1,7 @@
 """Structured edits of APT sources by the gpustack_apt_components module."""
 
+import json
+
 from tests.unit.test_driver_filters import load
 
 m = load("plugins/modules/gpustack_apt_components.py", "gpustack_apt_components")
@@ -108,3 +110,57 @@ def test_a_change_stays_pending_until_committed(tmp_path):
     # contrib to the other stanza only)
     assert (tmp_path / "apt/sources.list.d/debian.sources").read_text() == DEB822
     assert not (tmp_path / "state/apt-components.json").exists()
+
+
+def test_a_rollback_takes_back_only_what_no_commit_ended(tmp_path):
+    """A run that enables the components on a new source line, then fails (a broken source, a
+    version not offered), rolls back that line only: what a committed run enabled earlier stays
+    (seen on lab nodes: the rollback of an upgrade's target check left Debian's archive at
+    `main` under an installed driver). The uninstall (state=absent) still takes back both."""
+    parts = tmp_path / "apt/sources.list.d"
+    parts.mkdir(parents=True)
+    (parts / "debian.sources").write_text(DEB822)
+    assert run_module(tmp_path)["changed"] is True
+    assert run_module(tmp_path, state="commit")["pending"] is False
+    committed = (parts / "debian.sources").read_text()
+    mirror = "deb http://mirror.example/extra bookworm main\n"
+    (parts / "extra.list").write_text(mirror)
+    change = run_module(tmp_path)
+    assert change["changed"] is True and change["files"] == [str(parts / "extra.list")]
+    undo = run_module(tmp_path, state="rollback")
+    assert undo["changed"] is True and undo["files"] == [str(parts / "extra.list")]
+    assert (parts / "extra.list").read_text() == mirror
+    assert (parts / "debian.sources").read_text() == committed
+    assert not (tmp_path / "state/apt-txn/archive-components.pending").exists()
+    assert run_module(tmp_path, state="rollback")["changed"] is False  # nothing left to undo
+    # the uninstall takes back what the committed run added, byte for byte
+    assert run_module(tmp_path, state="absent")["changed"] is True
+    assert (parts / "debian.sources").read_text() == DEB822
+    assert (parts / "extra.list").read_text() == mirror
+    assert not (tmp_path / "state/apt-components.json").exists()
+
+
+def test_a_rollback_after_an_interrupted_run_takes_back_its_change(tmp_path):
+    """Killed after the change and before any commit: the next run finds nothing to change
+    (pending), fails, and its rollback takes back the interrupted run's additions."""
+    (tmp_path / "apt/sources.list.d").mkdir(parents=True)
+    (tmp_path / "apt/sources.list.d/debian.sources").write_text(DEB822)
+    assert run_module(tmp_path)["changed"] is True  # then killed
+    again = run_module(tmp_path)
+    assert again["changed"] is False and again["pending"] is True
+    assert run_module(tmp_path, state="rollback")["changed"] is True
+    assert (tmp_path / "apt/sources.list.d/debian.sources").read_text() == DEB822
+    assert not (tmp_path / "state/apt-components.json").exists()
+
+
+def test_a_rollback_of_an_older_record_with_a_pending_change_takes_back_all_it_knows(tmp_path):
+    """A record written by an earlier gpustack (no "uncommitted" list) with the pending mark:
+    the rollback undoes what the record names, as it did then."""
+    (tmp_path / "apt/sources.list.d").mkdir(parents=True)
+    (tmp_path / "apt/sources.list.d/debian.sources").write_text(DEB822)
+    assert run_module(tmp_path)["changed"] is True
+    state = tmp_path / "state/apt-components.json"
+    record = json.loads(state.read_text())
+    state.write_text(json.dumps({k: v for k, v in record.items() if k != "uncommitted"}))
+    assert run_module(tmp_path, state="rollback")["changed"] is True
+    assert (tmp_path / "apt/sources.list.d/debian.sources").read_text() == DEB822
