@@ -250,11 +250,14 @@ def main():
     remove = p["state"] in ("absent", "rollback")
     wanted = p["components"]
     suites = p["suites"]
-    # A record of an older gpustack has no "uncommitted" list: its pending change is all it knows.
+    # What a removal takes back: everything gpustack added (absent, the uninstall), or what no
+    # commit has ended (rollback). A record of an older gpustack has no "uncommitted" list: with
+    # its pending mark, all it names is taken back, as then.
     undo = record.get("entries") or []
     if p["state"] == "rollback" and ("uncommitted" in record or not pending):
         undo = record.get("uncommitted") or []
-        wanted = [] if not undo else wanted
+        if not undo:
+            wanted = []
     if remove:
         # Only what gpustack added is taken away again, on the suites it added them to.
         wanted = [c for c in wanted if c in record.get("added", [])]
