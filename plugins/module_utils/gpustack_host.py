@@ -65,6 +65,28 @@ def run(args, data=None, env=None):
         return 127, "", str(exc)
 
 
+# Where apt users read when the package lists were last refreshed, the first that exists counting:
+# the success stamp some systems' apt hooks touch (Ubuntu), then the lists directory
+# (ansible.builtin.apt's get_cache_mtime()).
+APT_LISTS_MARKS = ["/var/lib/apt/periodic/update-success-stamp", "/var/lib/apt/lists"]
+
+
+def lists_mtime(paths):
+    """The mtime of the first of `paths` that exists, or None."""
+    for path in paths:
+        if os.path.exists(path):
+            return os.stat(path).st_mtime
+    return None
+
+
+def apt_option_args(options):
+    """`-o` arguments for apt-get and apt-cache, one per option."""
+    args = []
+    for option in options:
+        args += ["-o", option]
+    return args
+
+
 def parse_apt_errors(output):
     """apt-get update's complaints (gpustack_apt_source: about one source; gpustack_apt_lists: about
     every source): [(uri or '', reason)], warnings."""

@@ -19,6 +19,7 @@ import time
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import (
     containerd_dump,
     holds,
+    lists_mtime,
     packages,
     run,
     service_states,
@@ -126,10 +127,8 @@ def madison(names):
 def apt_lists_age(paths):
     """Seconds since the package lists were refreshed, as ansible's apt module measures it
     (paths: apt's update-success stamp, then the lists directory)."""
-    for path in paths:
-        if os.path.exists(path):
-            return max(0, int(time.time() - os.stat(path).st_mtime))
-    return None
+    mtime = lists_mtime(paths)
+    return None if mtime is None else max(0, int(time.time() - mtime))
 
 
 def observe(stamp, installed, units):

@@ -65,33 +65,23 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import (
+    APT_LISTS_MARKS,
+    apt_option_args,
+    lists_mtime,
     parse_apt_errors,
     run,
 )
 
-MARKS = ["/var/lib/apt/periodic/update-success-stamp", "/var/lib/apt/lists"]
-
 
 def mark_time(marks):
-    """The mtime of the first mark that exists (0 when none does): ansible.builtin.apt's
-    get_cache_mtime()."""
-    for path in marks:
-        if os.path.exists(path):
-            return os.stat(path).st_mtime
-    return 0
-
-
-def options(module):
-    out = []
-    for option in module.params["apt_options"]:
-        out += ["-o", option]
-    return out
+    """ansible.builtin.apt's get_cache_mtime(): 0 when no mark exists."""
+    return lists_mtime(marks) or 0
 
 
 def refresh(module, env):
     timeout = "DPkg::Lock::Timeout=%d" % module.params["lock_timeout"]
     args = ["apt-get", "update", "-q", "-o", timeout]
-    rc, out, err = run(args + options(module), env=env)
+    rc, out, err = run(args + apt_option_args(module.params["apt_options"]), env=env)
     errors, warnings = parse_apt_errors(out + "\n" + err)
     if rc != 0 and not errors:
         errors = [("", (err.strip() or "apt-get update exited %d" % rc))]
@@ -106,7 +96,8 @@ def madison(module, env):
     names = module.params["madison"]
     if not names:
         return ""
-    rc, out, err = run(["apt-cache"] + options(module) + ["madison"] + names, env=env)
+    args = ["apt-cache"] + apt_option_args(module.params["apt_options"]) + ["madison"] + names
+    rc, out, err = run(args, env=env)
     if rc != 0:
         lines = [line[2:].strip() for line in err.splitlines() if line.startswith("E:")]
         reason = "; ".join(lines) or err.strip() or "exit %d" % rc
@@ -121,7 +112,7 @@ def main():
             madison=dict(type="list", elements="str", default=[]),
             lock_timeout=dict(type="int", default=300),
             apt_options=dict(type="list", elements="str", default=[]),
-            marks=dict(type="list", elements="str", default=list(MARKS)),
+            marks=dict(type="list", elements="str", default=list(APT_LISTS_MARKS)),
         ),
         supports_check_mode=True,
     )

@@ -119,6 +119,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import (
+    apt_option_args,
     parse_apt_errors,
     run,
 )
@@ -366,8 +367,7 @@ def _update(source_parts, apt_options):
                 "-o", "Dir::Etc::SourceParts=" + source_parts, "-o", "APT::Get::List-Cleanup=0",
                 "-o", "Dir::Cache::pkgcache=", "-o", "Dir::Cache::srcpkgcache=",
                 "-o", "DPkg::Lock::Timeout=120"]  # fmt: skip
-        for option in apt_options:
-            args += ["-o", option]
+        args += apt_option_args(apt_options)
         env = dict(os.environ, LANG="C", LC_ALL="C", DEBIAN_FRONTEND="noninteractive")
         proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
         out = proc.communicate()[0].decode("utf-8", "replace")
@@ -388,8 +388,7 @@ def offered(module, source_text, name, package, apt_options):
         args = ["apt-cache", "-o", "Dir::Etc::SourceList=/dev/null",
                 "-o", "Dir::Etc::SourceParts=" + tmp,
                 "-o", "Dir::Cache::pkgcache=", "-o", "Dir::Cache::srcpkgcache="]  # fmt: skip
-        for option in apt_options:
-            args += ["-o", option]
+        args += apt_option_args(apt_options)
         rc, out, err = run(args + ["madison", package], env=dict(os.environ, LANG="C", LC_ALL="C"))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -413,8 +412,7 @@ def sources_error(source_parts, source_list, apt_options):
     os.mkdir(os.path.join(lists, "partial"))
     args = ["apt-get", "indextargets", "-o", "Dir::Etc::SourceList=" + source_list,
             "-o", "Dir::Etc::SourceParts=" + source_parts]  # fmt: skip
-    for option in apt_options:
-        args += ["-o", option]
+    args += apt_option_args(apt_options)
     args += ["-o", "Dir::State::Lists=" + lists, "-o", "Dir::State::status=/dev/null",
              "-o", "Dir::Cache::pkgcache=", "-o", "Dir::Cache::srcpkgcache="]  # fmt: skip
     try:
