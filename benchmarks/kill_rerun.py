@@ -65,6 +65,7 @@ KILL_POINTS = [
     ),
     (DRIVER_TRANSACTION, "driver"),
     (HOLD_DRIVER, "driver"),
+    ("Regenerate the initramfs without nouveau", "driver"),  # its marker left: the rerun does it
     ("Write the repository source", "toolkit"),
     (DRIVER_TRANSACTION, "toolkit"),  # site.yml: the toolkit's packages go in with the driver's
     ("Install the toolkit packages at exactly that version", "toolkit"),  # driver skipped by tags

@@ -34,7 +34,7 @@ options:
     description:
       - "dest: the path (required); state: file (default) or directory; content or src (file
         items); mode (octal string; 0644 for files, 0755 for directories); keep (bool); backup
-        (bool); write (bool, default true)."
+        (bool); write (bool, default true); marks (the dest of a later file item: a marker)."
 author: gpustack
 """
 
@@ -49,6 +49,11 @@ changes:
   sample: [{"path": "/var/lib/gpustack/container_runtime.json", "action": "created"},
            {"path": "/etc/containerd/config.toml", "action": "updated",
             "backup": "/etc/containerd/config.toml.1234.2026-11-28@22:10:00~"}]
+markers:
+  description: The marker items' paths that exist after the call (would exist, in check mode).
+  type: list
+  elements: str
+  returned: success
 """
 
 import os
@@ -56,7 +61,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-_KEYS = {"dest", "state", "content", "src", "mode", "keep", "write", "backup"}
+_KEYS = {"dest", "state", "content", "src", "mode", "keep", "write", "backup", "marks"}
 
 
 def _mode(item, default):
@@ -90,11 +95,13 @@ def _directory(module, item, changes):
     changes.append({"path": path, "action": action})
 
 
-def _file(module, item, changes, diffs):
+def _desired(item):
+    """(before, data): the file's bytes now (None: absent) and what the item writes (None: the
+    item leaves the file as it is)."""
     path, mode = item["dest"], _mode(item, "0644")
     before = _read(path)
     if before is not None and item.get("keep"):
-        return
+        return before, None
     if item.get("src"):
         data = _read(item["src"])
         if data is None:
@@ -102,6 +109,14 @@ def _file(module, item, changes, diffs):
     else:
         data = (item.get("content") or "").encode("utf-8")
     if before == data and os.stat(path).st_mode & 0o7777 == mode:
+        return before, None
+    return before, data
+
+
+def _file(module, item, changes, diffs):
+    path, mode = item["dest"], _mode(item, "0644")
+    before, data = _desired(item)
+    if data is None:
         return
     action = "created" if before is None else ("updated" if before != data else "mode")
     change = {"path": path, "action": action}
@@ -137,6 +152,19 @@ def _file(module, item, changes, diffs):
             os.unlink(tmp)
 
 
+def _marked(module, later, marker):
+    """The later file item a marker item marks."""
+    for item in later:
+        if item.get("dest") == marker["marks"] and item.get("state", "file") == "file":
+            if not module.boolean(item.get("write", True)):
+                break
+            return dict(item, keep=module.boolean(item.get("keep", False)))
+    raise ValueError(
+        "%s: marks %s, which is not a file item written later in this call"
+        % (marker["dest"], marker["marks"])
+    )
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(items=dict(type="list", elements="dict", required=True)),
@@ -151,7 +179,9 @@ def main():
     module.fail_json = lambda msg, **kw: exit_failed(
         msg="gpustack could not write its state files: %s" % msg, changes=changes, **kw
     )
-    for item in module.params["items"]:
+    items = module.params["items"]
+    markers = []
+    for index, item in enumerate(items):
         unknown = set(item) - _KEYS
         if unknown or not item.get("dest"):
             known = ", ".join(sorted(_KEYS))
@@ -160,7 +190,12 @@ def main():
             continue
         item = dict(item, keep=module.boolean(item.get("keep", False)))
         try:
-            if item.get("state", "file") == "directory":
+            if item.get("marks"):
+                marked = _marked(module, items[index + 1 :], item)
+                if os.path.exists(item["dest"]) or _desired(marked)[1] is not None:
+                    markers.append(item["dest"])
+                    _file(module, dict(item, keep=True), changes, diffs)
+            elif item.get("state", "file") == "directory":
                 _directory(module, item, changes)
             elif item.get("state", "file") == "file":
                 _file(module, item, changes, diffs)
@@ -168,7 +203,7 @@ def main():
                 raise ValueError("%s: state must be file or directory" % item["dest"])
         except (ValueError, IOError, OSError) as exc:
             module.fail_json(msg=str(exc))
-    result = dict(changed=bool(changes), changes=changes)
+    result = dict(changed=bool(changes), changes=changes, markers=markers)
     if diffs:
         result["diff"] = diffs
     module.exit_json(**result)

@@ -275,3 +275,44 @@ def test_a_file_ansible_cannot_replace_still_returns_what_was_written(tmp_path, 
         (str(dropin.parent), "created"), (str(dropin), "created"), (str(busy), "updated")]  # fmt: skip
     assert Path(result["changes"][2]["backup"]).read_text() == "version = 2\n"
     assert busy.read_text() == "version = 2\n" and not (tmp_path / "after").exists()
+
+
+def marked(tmp_path, content="blacklist nouveau\n"):
+    """nvidia_driver's use: a marker written before its blacklist changes (configure.yml)."""
+    marker, blacklist = tmp_path / "initramfs-pending", tmp_path / "blacklist.conf"
+    return marker, blacklist, [
+        {"dest": str(marker), "content": "pending\n", "marks": str(blacklist)},
+        {"dest": str(blacklist), "content": content},
+    ]
+
+
+def test_a_marker_is_written_before_the_file_it_marks_changes_and_left_until_cleared(tmp_path):
+    marker, blacklist, args = marked(tmp_path)
+    first = run(tmp_path, STATE_FILES, {"items": args})
+    assert [c["path"] for c in first["changes"]] == [str(marker), str(blacklist)]  # marker first
+    assert first["markers"] == [str(marker)] and marker.read_text() == "pending\n"
+    # the caller did not clear it (its regeneration failed): the marker stays, the file is as wanted
+    again = run(tmp_path, STATE_FILES, {"items": args})
+    assert (again["changed"], again["markers"]) == (False, [str(marker)])
+    marker.unlink()  # cleared after the regeneration
+    done = run(tmp_path, STATE_FILES, {"items": args})
+    assert (done["changed"], done["markers"]) == (False, [])
+    assert not marker.exists()
+    # the file edited by hand: rewritten, marked again
+    blacklist.write_text("# edited\n")
+    edited = run(tmp_path, STATE_FILES, {"items": args})
+    assert [c["path"] for c in edited["changes"]] == [str(marker), str(blacklist)]
+    assert edited["markers"] == [str(marker)]
+
+
+def test_a_marker_in_check_mode_and_a_marker_of_nothing(tmp_path):
+    marker, blacklist, args = marked(tmp_path)
+    plan = run(tmp_path, STATE_FILES, {"items": args}, check=True)
+    assert (plan["changed"], plan["markers"]) == (True, [str(marker)])
+    assert not marker.exists() and not blacklist.exists()
+    # a marker must name a file item written after it in the same call
+    bad = [{"dest": str(marker), "content": "x\n", "marks": str(tmp_path / "other")}, args[1]]
+    failed = run(tmp_path, STATE_FILES, {"items": bad})
+    assert failed["failed"] is True
+    assert "is not a file item written later in this call" in failed["msg"], failed["msg"]
+    assert not marker.exists() and not blacklist.exists()
