@@ -280,10 +280,9 @@ def test_a_file_ansible_cannot_replace_still_returns_what_was_written(tmp_path, 
 def marked(tmp_path, content="blacklist nouveau\n"):
     """nvidia_driver's use: a marker written before its blacklist changes (configure.yml)."""
     marker, blacklist = tmp_path / "initramfs-pending", tmp_path / "blacklist.conf"
-    return marker, blacklist, [
-        {"dest": str(marker), "content": "pending\n", "marks": str(blacklist)},
-        {"dest": str(blacklist), "content": content},
-    ]
+    items = [{"dest": str(marker), "content": "pending\n", "marks": str(blacklist)},
+             {"dest": str(blacklist), "content": content}]  # fmt: skip
+    return marker, blacklist, items
 
 
 def test_a_marker_is_written_before_the_file_it_marks_changes_and_left_until_cleared(tmp_path):
