@@ -27,6 +27,10 @@ options:
     type: int
     default: 3600
     description: Lists younger than this are kept; 0 refreshes them whatever their age.
+  refresh:
+    type: bool
+    default: true
+    description: Whether to look at the lists' age at all (false - madison alone).
   madison:
     type: list
     elements: str
@@ -51,6 +55,7 @@ author: gpustack
 
 RETURN = r"""
 refreshed: {description: Whether apt-get update ran., type: bool}
+refresh: {description: "O(refresh): the lists' age was looked at (refreshed if stale).", type: bool}
 cache_updated:
   description: "The lists' mark moved (ansible.builtin.apt's meaning); in check mode - stale."
   type: bool
@@ -108,6 +113,7 @@ def madison(module, env):
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            refresh=dict(type="bool", default=True),
             valid_seconds=dict(type="int", default=3600),
             madison=dict(type="list", elements="str", default=[]),
             lock_timeout=dict(type="int", default=300),
@@ -118,7 +124,9 @@ def main():
     )
     env = dict(os.environ, LANG="C", LC_ALL="C", DEBIAN_FRONTEND="noninteractive")
     before = mark_time(module.params["marks"])
-    stale = before == 0 or time.time() - before > module.params["valid_seconds"]
+    stale = module.params["refresh"] and (
+        before == 0 or time.time() - before > module.params["valid_seconds"]
+    )
     refreshed, updated, warnings = False, False, []
     if stale and module.check_mode:
         updated = True
@@ -128,7 +136,8 @@ def main():
     after = mark_time(module.params["marks"])
     updated = updated or (refreshed and after != before)
     out = madison(module, env)
-    module.exit_json(changed=updated, refreshed=refreshed, cache_updated=updated,
+    module.exit_json(changed=updated, refreshed=refreshed, refresh=module.params["refresh"],
+                     cache_updated=updated,
                      cache_update_time=int(after), stdout=out, stdout_lines=out.splitlines(),
                      apt_warnings=warnings)  # fmt: skip
 

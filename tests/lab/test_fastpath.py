@@ -28,6 +28,7 @@ N1, N2 = f"{LAB}-node1", f"{LAB}-node2"
 TK_OLD, TK_NEW = lab_fixtures.VERSIONS
 BLACKLIST = "/etc/modprobe.d/gpustack-blacklist-nouveau.conf"
 DROPIN = "/etc/containerd/conf.d/99-nvidia.toml"
+TOOLKIT_LISTS = "Refresh the package lists (at most hourly) and list the versions the source offers"
 DUMP = "containerd --config /etc/containerd/config.toml config dump"
 TIMINGS: dict[str, list[float]] = {}
 
@@ -119,7 +120,7 @@ def test_first_install_then_a_no_op_rerun_skips_every_host(lab):
     skipped = skipped_tasks(doc)
     for host in (N1, N2):
         for role, task in (
-            ("nvidia_container_toolkit", "Refresh the package lists (at most hourly)"),
+            ("nvidia_container_toolkit", TOOLKIT_LISTS),
             ("nvidia_driver", "Put the installed companions at the driver's release"),
             ("nvidia_container_toolkit", "Install the toolkit packages at exactly that version"),
             ("nvidia_container_toolkit", HOLD_TOOLKIT),

@@ -94,6 +94,17 @@ def test_valid_seconds_0_refreshes_fresh_lists(env, tmp_path):
     assert result["refreshed"] is True and fetched(env), result
 
 
+def test_refresh_false_asks_madison_alone_whatever_the_lists_age(env, tmp_path):
+    """The toolkit role's call where no refresh is due: versions only."""
+    age(env, 7200)
+    run(env, tmp_path)
+    age(env, 7200)  # stale again
+    result = run(env, tmp_path, refresh=False)
+    assert (result["refreshed"], result["changed"], result["refresh"]) == (False, False, False)
+    assert set(versions(result)) == set(lab_fixtures.VERSIONS)
+    assert run(env, tmp_path)["refresh"] is True
+
+
 def test_the_success_stamp_counts_before_the_lists_directory(env, tmp_path):
     """ansible.builtin.apt's get_cache_mtime(): the stamp where it exists (Ubuntu), else the
     lists directory."""
