@@ -158,6 +158,11 @@ def node_status(
                 f"nvidia-persistenced {unit['enabled'] or 'unknown'}: install enables it"
                 + (left if unit["enabled"] == "masked-runtime" else "")
             )
+        if st_driver.get("initramfs_pending"):
+            drift.append(
+                "initramfs not regenerated since the nouveau blacklist changed (the last run's "
+                "update-initramfs failed or was stopped): install regenerates it"
+            )
         if row.gpu_count and not loaded:
             drift.append(f"driver {installed} not loaded")
         elif loaded and not loaded_is_installed(installed, loaded):

@@ -51,7 +51,8 @@ options:
     type: dict
     default: {}
   status:
-    description: For section status - driver_pin, toolkit_pin, reboot_required.
+    description: For section status - driver_pin, toolkit_pin, reboot_required, initramfs_marker
+      (the driver role's marker of an initramfs regeneration not yet done).
     type: dict
     default: {}
   converged:
@@ -498,6 +499,8 @@ def status(params, kind):
             "pinned_version": pinned_version(driver_pin),
             "pins": pins(driver_pin),
             "persistenced": persistenced,
+            "initramfs_pending": bool(spec.get("initramfs_marker"))
+            and os.path.exists(spec["initramfs_marker"]),
         },
         "toolkit": {
             "installed_version": toolkit_pkgs.get("nvidia-container-toolkit"),

@@ -246,6 +246,11 @@ def test_a_failed_initramfs_regeneration_is_finished_by_the_next_run(lab):
     assert "Regenerate the initramfs without nouveau" in json.dumps(failure), failure
     assert "update-initramfs: failed for" in json.dumps(failure), failure
     assert sh(lab, N1, f"test -e {marker} && echo pending").strip() == "pending"
+    status = run_cli("status", str(inventory), "-e", f"@{varsfile}", "--output", "json")
+    assert status.returncode == 5, status.stdout[-2000:] + status.stderr[-2000:]
+    drift = json.loads(status.stdout)["drift"]
+    assert any(line.startswith("initramfs not regenerated") for line in drift[N1]), drift
+    assert not drift.get(N2), drift
     # the cause fixed (a kernel configuration with the compressors): the next install finishes it
     sh(lab, N1, f"printf 'CONFIG_RD_GZIP=y\\nCONFIG_RD_ZSTD=y\\n' > /boot/config-{kernel}")
     doc = install(lab)
@@ -256,5 +261,7 @@ def test_a_failed_initramfs_regeneration_is_finished_by_the_next_run(lab):
     assert sh(lab, N1, f"test -e {marker} || echo cleared").strip() == "cleared"
     files = sh(lab, N1, f"lsinitramfs {initrd}").split()
     assert BLACKLIST.lstrip("/") in files, [f for f in files if "modprobe" in f]
+    status = run_cli("status", str(inventory), "-e", f"@{varsfile}")
+    assert status.returncode == 0, status.stdout[-2000:]
     assert_skipped(install(lab), N1, N2)
     sh(lab, N1, f"rm -rf /boot/*-{kernel} /lib/modules/{kernel}")

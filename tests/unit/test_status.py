@@ -287,6 +287,17 @@ def test_nvidia_persistenced_not_enabled_is_drift_and_a_left_mask_says_why():
     assert fleet.node_status("n1", data).drift == []  # not wanted: not drift
 
 
+def test_an_initramfs_regeneration_left_pending_is_drift():
+    """The driver role's marker (roles/nvidia_driver configure.yml): the blacklist changed and
+    update-initramfs failed or was stopped since; the probe reports the marker's presence."""
+    pending = facts()
+    pending["gpustack_status"]["driver"]["initramfs_pending"] = True
+    assert fleet.node_status("n1", pending).drift == [
+        "initramfs not regenerated since the nouveau blacklist changed (the last run's "
+        "update-initramfs failed or was stopped): install regenerates it"
+    ]
+
+
 def test_nvidia_persistenced_on_a_host_without_systemd_is_not_drift():
     """The driver role leaves the unit to the host's init there; systemctl cannot read it."""
     data = facts()
