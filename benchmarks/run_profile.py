@@ -23,7 +23,11 @@ from pathlib import Path
 APT = "ansible.builtin.apt"
 # The package manager's work, as the apt floor has it: transactions and the package lists' refresh
 # (the driver role refreshes and asks apt-cache madison in one gpustack module call).
-APT_ACTIONS = {APT, "gpustack.gpustack.gpustack_apt_lists"}
+APT_ACTIONS = {
+    APT,
+    "gpustack.gpustack.gpustack_apt_lists",
+    "gpustack.gpustack.gpustack_apt_install",
+}
 CONTROLLER_ACTIONS = {
     f"ansible.builtin.{name}"
     for name in ("set_fact", "assert", "debug", "fail", "include_tasks", "include_role",
@@ -133,7 +137,8 @@ def report(path: Path, top: int) -> float:
     apt = sum(t.remote_calls for t in tasks if t.action in APT_ACTIONS)
     print(
         f"  module calls on the hosts (round trips): {remote / len(hosts):.0f} per host, "
-        f"{apt / len(hosts):.0f} of them apt (ansible.builtin.apt, gpustack_apt_lists)"
+        f"{apt / len(hosts):.0f} of them apt (ansible.builtin.apt, gpustack_apt_lists, "
+        "gpustack_apt_install)"
     )
     apt_wall = _union([(t.first_start, t.last_end) for t in tasks if t.action in APT_ACTIONS])
     print(f"  wall time in apt tasks {apt_wall:.1f} s, outside them {total - apt_wall:.1f} s")

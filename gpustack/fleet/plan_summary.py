@@ -95,7 +95,7 @@ def summarize(changes: list[TaskChange]) -> HostPlan:
             ):  # named packages, or a simulation that found none: said in words
                 _add(plan.other, str(msg.get("what") or label))
             continue
-        if action in ("apt", "dnf", "yum", "package"):
+        if action in ("apt", "gpustack_apt_install", "dnf", "yum", "package"):
             if not _add_simulation(plan, details.get("stdout", "")):
                 _add(plan.other, label)  # e.g. a package list refresh, or dnf
         elif action in ("dpkg_selections", "gpustack_dpkg_selections"):  # one package, or many

@@ -4,7 +4,7 @@ Without it, that module's first run installs it by itself (an `apt-get update`, 
 with its recommends, seen on a lab node: lsb-release and iso-codes came along) and reports nothing,
 and in check mode it fails. gpustack installs it first as a change of its own (roles/dpkg_ready,
 tasks/python_apt.yml): `plan` lists it and changes nothing, `install` reports it, and a host whose
-sources are already set plans its package steps by name instead of failing. Real apt, dpkg and
+sources are already set plans its transaction from apt-get's simulation instead of failing. Real apt, dpkg and
 Debian's archive; the toolkit repository is the lab's stand-in (tests/fixtures/lab_fixtures.py).
 """
 
@@ -81,14 +81,26 @@ def test_install_installs_it_first_as_a_change_of_its_own(lab):
     assert "python3-apt" in before.stdout.split()
 
 
-def test_a_host_with_its_sources_set_plans_package_steps_by_name(lab):
-    """Sources set, lists fresh: the apt module's check mode would run, and fail without python3-apt."""
+def test_a_host_with_its_sources_set_plans_its_transaction_without_python3_apt(lab):
+    """Sources set, lists fresh, the driver installed by the test above: the apt module's check
+    mode would run, and fail without python3-apt. The driver's transaction is gpustack_apt_install
+    (dpkg-query and apt-get alone): it finds every package at its version, so plan lists
+    python3-apt alone. Until 2026-11-29 plan named the transaction's packages at their versions
+    ("not simulated: no python3-apt yet"), installed or not."""
     inventory, varsfile = lab
     assert ssh(inventory, NODE, PURGE).returncode == 0
     proc = run_cli("plan", str(inventory), "-e", f"@{varsfile}", "--full", timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "not simulated: no python3-apt yet" in proc.stdout and "nvidia-smi=" in proc.stdout
     assert section(proc.stdout, "install") == ["python3-apt 2.6.0"], proc.stdout
+    assert "not simulated" not in proc.stdout and "nvidia-smi" not in proc.stdout, proc.stdout
+    # another version: apt-get --simulate moves the driver's packages, python3-apt still absent
+    older = "535.261.03-1"
+    proc = run_cli("plan", str(inventory), "-e", f"@{varsfile}", "-e",
+                   f"nvidia_driver_version={older}", timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    moved = section(proc.stdout, "upgrade/downgrade")
+    assert [e for e in moved if e.startswith("nvidia-smi ") and e.endswith(older)], proc.stdout
+    assert "not simulated" not in proc.stdout
     assert not python_apt(inventory)
 
 

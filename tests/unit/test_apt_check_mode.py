@@ -38,9 +38,9 @@ def conditions(task) -> list[str]:
 
 def test_every_apt_task_is_planned_without_python3_apt():
     found = list(apt_tasks())
-    # the driver's and the toolkit's install paths; the refreshes are gpustack_apt_lists (apt-get
-    # and apt-cache, no python3-apt), which plans without it
-    assert len(found) >= 6, found
+    # the toolkit's local .deb files; every other package step is gpustack_apt_lists or
+    # gpustack_apt_install (apt-get and apt-cache, no python3-apt), which plan without it
+    assert len(found) >= 1, found
     for path, task in found:
         assert path.name != "uninstall.yml", (path, task["name"])
         assert GATE in conditions(task), (path, task["name"])

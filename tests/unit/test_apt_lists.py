@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
@@ -24,137 +22,114 @@ pytestmark = pytest.mark.skipif(shutil.which("apt-get") is None, reason="needs a
 OLD = 1_700_000_000  # 2023: far older than an hour
 
 
-@pytest.fixture(scope="module")
-def repo():
-    return Path(lab_fixtures.build_toolkit_repo()["path"])
-
-
-@pytest.fixture
-def env(tmp_path, repo):
-    """Private apt directories, one source: the fixture repository over file://."""
-    for sub in ("parts", "lists/partial", "cache/archives/partial", "periodic"):
-        (tmp_path / sub).mkdir(parents=True)
-    key = tmp_path / "key.gpg"
-    subprocess.run(["gpg", "--batch", "--yes", "--dearmor", "-o", str(key), str(repo / "gpgkey")],
-                   check=True)  # fmt: skip
-    (tmp_path / "parts/fixture.sources").write_text(
-        f"Types: deb\nURIs: file://{repo}/stable/deb/$(ARCH)\nSuites: /\nSigned-By: {key}\n"
-    )
-    options = [f"Dir::Etc::SourceList={tmp_path}/none.list", f"Dir::Etc::SourceParts={tmp_path}/parts",
-               f"Dir::State::Lists={tmp_path}/lists", f"Dir::Cache={tmp_path}/cache",
-               "Debug::NoLocking=1", "APT::Sandbox::User=root"]  # fmt: skip
-    return {"options": options, "lists": tmp_path / "lists", "parts": tmp_path / "parts",
-            "stamp": tmp_path / "periodic/update-success-stamp"}  # fmt: skip
-
-
-def run(env, tmp_path, **args) -> dict:
-    params = {"apt_options": env["options"], "marks": [str(env["stamp"]), str(env["lists"])],
+def run(apt_env, tmp_path, **args) -> dict:
+    params = {"apt_options": apt_env["options"], "marks": [str(apt_env["stamp"]), str(apt_env["lists"])],
               "madison": ["nvidia-container-toolkit"], **args}  # fmt: skip
     return run_module(MODULE, params, tmp_path / "work")
 
 
-def fetched(env) -> bool:
-    return any("Packages" in p.name for p in env["lists"].iterdir())
+def fetched(apt_env) -> bool:
+    return any("Packages" in p.name for p in apt_env["lists"].iterdir())
 
 
-def age(env, seconds_ago: float) -> None:
+def age(apt_env, seconds_ago: float) -> None:
     when = time.time() - seconds_ago
-    os.utime(env["lists"], (when, when))
+    os.utime(apt_env["lists"], (when, when))
 
 
 def versions(result) -> list[str]:
     return [line.split("|")[1].strip() for line in result["stdout_lines"]]
 
 
-def test_stale_lists_are_refreshed_then_madison_lists_the_versions(env, tmp_path):
-    age(env, 7200)
-    result = run(env, tmp_path)
+def test_stale_lists_are_refreshed_then_madison_lists_the_versions(apt_env, tmp_path):
+    age(apt_env, 7200)
+    result = run(apt_env, tmp_path)
     assert not result.get("failed"), result
     assert result["refreshed"] is True and result["cache_updated"] is True and result["changed"]
-    assert fetched(env)
+    assert fetched(apt_env)
     assert set(versions(result)) == set(lab_fixtures.VERSIONS)
-    assert result["cache_update_time"] == int(env["lists"].stat().st_mtime)
+    assert result["cache_update_time"] == int(apt_env["lists"].stat().st_mtime)
 
 
-def test_fresh_lists_are_not_refreshed_and_madison_reads_them(env, tmp_path):
-    age(env, 7200)
-    run(env, tmp_path)
-    age(env, 60)  # refreshed a minute ago
-    (env["parts"] / "fixture.sources").rename(env["parts"] / "fixture.sources.off")
-    result = run(env, tmp_path)  # with no source at all, only an update would notice
+def test_fresh_lists_are_not_refreshed_and_madison_reads_them(apt_env, tmp_path):
+    age(apt_env, 7200)
+    run(apt_env, tmp_path)
+    age(apt_env, 60)  # refreshed a minute ago
+    (apt_env["parts"] / "fixture.sources").rename(apt_env["parts"] / "fixture.sources.off")
+    result = run(apt_env, tmp_path)  # with no source at all, only an update would notice
     assert result["refreshed"] is False and result["changed"] is False, result
     assert result["stdout"] == ""  # madison reads the sources: none now
-    (env["parts"] / "fixture.sources.off").rename(env["parts"] / "fixture.sources")
-    assert set(versions(run(env, tmp_path))) == set(lab_fixtures.VERSIONS)
+    (apt_env["parts"] / "fixture.sources.off").rename(apt_env["parts"] / "fixture.sources")
+    assert set(versions(run(apt_env, tmp_path))) == set(lab_fixtures.VERSIONS)
 
 
-def test_valid_seconds_0_refreshes_fresh_lists(env, tmp_path):
-    age(env, 5)
-    result = run(env, tmp_path, valid_seconds=0)
-    assert result["refreshed"] is True and fetched(env), result
+def test_valid_seconds_0_refreshes_fresh_lists(apt_env, tmp_path):
+    age(apt_env, 5)
+    result = run(apt_env, tmp_path, valid_seconds=0)
+    assert result["refreshed"] is True and fetched(apt_env), result
 
 
-def test_refresh_false_asks_madison_alone_whatever_the_lists_age(env, tmp_path):
+def test_refresh_false_asks_madison_alone_whatever_the_lists_age(apt_env, tmp_path):
     """The toolkit role's call where no refresh is due: versions only."""
-    age(env, 7200)
-    run(env, tmp_path)
-    age(env, 7200)  # stale again
-    result = run(env, tmp_path, refresh=False)
+    age(apt_env, 7200)
+    run(apt_env, tmp_path)
+    age(apt_env, 7200)  # stale again
+    result = run(apt_env, tmp_path, refresh=False)
     assert (result["refreshed"], result["changed"], result["refresh"]) == (False, False, False)
     assert set(versions(result)) == set(lab_fixtures.VERSIONS)
-    assert run(env, tmp_path)["refresh"] is True
+    assert run(apt_env, tmp_path)["refresh"] is True
 
 
-def test_the_success_stamp_counts_before_the_lists_directory(env, tmp_path):
+def test_the_success_stamp_counts_before_the_lists_directory(apt_env, tmp_path):
     """ansible.builtin.apt's get_cache_mtime(): the stamp where it exists (Ubuntu), else the
     lists directory."""
-    age(env, 7200)
-    env["stamp"].touch()  # refreshed just now, says the stamp
-    assert run(env, tmp_path)["refreshed"] is False
-    os.utime(env["stamp"], (OLD, OLD))
-    age(env, 5)  # a fresh directory does not count while the stamp exists
-    assert run(env, tmp_path)["refreshed"] is True
+    age(apt_env, 7200)
+    apt_env["stamp"].touch()  # refreshed just now, says the stamp
+    assert run(apt_env, tmp_path)["refreshed"] is False
+    os.utime(apt_env["stamp"], (OLD, OLD))
+    age(apt_env, 5)  # a fresh directory does not count while the stamp exists
+    assert run(apt_env, tmp_path)["refreshed"] is True
 
 
-def test_no_mark_at_all_means_stale(env, tmp_path):
-    result = run(env, tmp_path, marks=[str(tmp_path / "none"), str(tmp_path / "none2")])
+def test_no_mark_at_all_means_stale(apt_env, tmp_path):
+    result = run(apt_env, tmp_path, marks=[str(tmp_path / "none"), str(tmp_path / "none2")])
     assert result["refreshed"] is True and result["cache_update_time"] == 0, result
 
 
-def test_check_mode_reports_a_stale_refresh_and_fetches_nothing(env, tmp_path):
-    age(env, 7200)
-    result = run(env, tmp_path, _ansible_check_mode=True)
+def test_check_mode_reports_a_stale_refresh_and_fetches_nothing(apt_env, tmp_path):
+    age(apt_env, 7200)
+    result = run(apt_env, tmp_path, _ansible_check_mode=True)
     assert result["changed"] is True and result["refreshed"] is False, result
-    assert not fetched(env) and result["stdout"] == ""
-    age(env, 60)
-    assert run(env, tmp_path, _ansible_check_mode=True)["changed"] is False
+    assert not fetched(apt_env) and result["stdout"] == ""
+    age(apt_env, 60)
+    assert run(apt_env, tmp_path, _ansible_check_mode=True)["changed"] is False
 
 
-def test_a_source_apt_cannot_read_fails_with_apts_words(env, tmp_path):
-    (env["parts"] / "broken.list").write_text("deb http://deb.debian.org/debian\n")  # no suite
-    age(env, 7200)
-    result = run(env, tmp_path)
+def test_a_source_apt_cannot_read_fails_with_apts_words(apt_env, tmp_path):
+    (apt_env["parts"] / "broken.list").write_text("deb http://deb.debian.org/debian\n")  # no suite
+    age(apt_env, 7200)
+    result = run(apt_env, tmp_path)
     assert result["failed"] is True
     assert result["msg"].startswith("apt-get update failed: "), result["msg"]
     assert "Malformed entry 1 in list file" in result["msg"] and "broken.list" in result["msg"]
 
 
-def test_a_fresh_cache_with_a_source_apt_cannot_read_fails_in_madison(env, tmp_path):
+def test_a_fresh_cache_with_a_source_apt_cannot_read_fails_in_madison(apt_env, tmp_path):
     """ansible.builtin.apt fails here too (opening the cache), fresh lists or not."""
-    age(env, 60)
-    (env["parts"] / "broken.list").write_text("deb http://deb.debian.org/debian\n")
-    result = run(env, tmp_path)
+    age(apt_env, 60)
+    (apt_env["parts"] / "broken.list").write_text("deb http://deb.debian.org/debian\n")
+    result = run(apt_env, tmp_path)
     assert result["failed"] is True and not result.get("refreshed")
     assert result["msg"].startswith("apt-cache madison failed: "), result["msg"]
     assert "Malformed entry 1" in result["msg"]
 
 
-def test_a_source_that_cannot_be_fetched_fails_although_apt_get_exits_0(env, tmp_path):
+def test_a_source_that_cannot_be_fetched_fails_although_apt_get_exits_0(apt_env, tmp_path):
     """apt-get update exits 0 when a source cannot be fetched (W: Failed to fetch ...); the
     module fails, as ansible.builtin.apt's refresh does (python-apt's FetchFailedException)."""
-    (env["parts"] / "gone.list").write_text("deb [trusted=yes] http://127.0.0.1:9/mirror ./\n")
-    age(env, 7200)
-    result = run(env, tmp_path)
+    (apt_env["parts"] / "gone.list").write_text("deb [trusted=yes] http://127.0.0.1:9/mirror ./\n")
+    age(apt_env, 7200)
+    result = run(apt_env, tmp_path)
     assert result["failed"] is True, result
     assert "http://127.0.0.1:9/mirror" in result["msg"], result["msg"]
     assert "Could not connect" in result["msg"] or "refused" in result["msg"], result["msg"]

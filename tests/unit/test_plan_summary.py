@@ -178,3 +178,14 @@ def test_uninstall_s_loops_and_restarts_are_planned_per_file_and_service():
     plan = summarize(tracker.hosts["n1"].changes)
     assert [f["path"] for f in plan.files] == ["/var/lib/gpustack/a.json"]
     assert plan.services == ["containerd: would restart"]
+
+
+def test_the_driver_transaction_module_is_planned_from_its_simulation():
+    """gpustack_apt_install (the driver's and the toolkit's transactions) returns apt-get
+    --simulate's output as the apt module does."""
+    change = TaskChange("Install the driver packages", "nvidia_driver", [],
+                        "gpustack.gpustack.gpustack_apt_install", {"stdout": SIMULATION})  # fmt: skip
+    by_apt = TaskChange(
+        "Install", "nvidia_driver", [], "ansible.builtin.apt", {"stdout": SIMULATION}
+    )
+    assert summarize([change]).install == summarize([by_apt]).install != []
