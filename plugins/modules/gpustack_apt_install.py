@@ -87,6 +87,7 @@ import tempfile
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import (
     apt_option_args,
+    packages,
     run,
 )
 
@@ -100,18 +101,8 @@ def split(spec):
     return name.strip(), version.strip() or None
 
 
-def installed(names, env):
-    """{name: version} of the packages dpkg has installed (held or not; half-configured ones
-    are not installed: apt-get finishes them)."""
-    _, out, _ = run(
-        ["dpkg-query", "-W", "-f=${Package}\t${Version}\t${db:Status-Abbrev}\n"] + names, env=env
-    )
-    found = {}
-    for line in out.splitlines():
-        parts = line.split("\t")
-        if len(parts) == 3 and parts[2][:2] in ("ii", "hi"):
-            found[parts[0]] = parts[1]
-    return found
+def spec_text(name, version):
+    return "%s=%s" % (name, version) if version else name
 
 
 def auto_marked(names, path):
@@ -158,9 +149,9 @@ def main():
     env = dict(os.environ, **ENV)
     specs = [split(spec) for spec in module.params["packages"] if spec.strip()]
     names = [name for name, _ in specs]
-    have = installed(names, env)
+    have = packages(names)  # installed (held or not); half-configured ones: apt-get finishes them
     needed = [
-        "%s=%s" % (name, version) if version else name
+        spec_text(name, version)
         for name, version in specs
         if name not in have or (version and have[name] != version)
     ]
@@ -174,11 +165,7 @@ def main():
     # every exact version (apt-get marks an installed one manual, and leaves it), and the names
     # without one that are missing (an installed one stays at its version, as with the apt
     # module's state=present)
-    wanted = [
-        "%s=%s" % (name, version) if version else name
-        for name, version in specs
-        if version or name not in have
-    ]
+    wanted = [spec_text(name, version) for name, version in specs if version or name not in have]
     preferences = None
     if module.check_mode and module.params["pins"]:
         preferences = preferences_as_written(
