@@ -65,6 +65,41 @@ def run(args, data=None, env=None):
         return 127, "", str(exc)
 
 
+def read_entry(path):
+    """A file as gpustack_reads reports it: exists, content (base64), error; a file that cannot
+    be read counts as missing (slurp's failed_when: false)."""
+    exists, content, error = slurp(path)
+    return {"exists": exists and not error, "content": content, "error": error}
+
+
+def command_entry(argv):
+    """A read-only command as gpustack_reads reports it (as ansible.builtin.command runs an argv):
+    rc, stdout, stderr (trailing newlines removed), stdout_lines."""
+    rc, out, err = run([str(arg) for arg in argv])
+    out, err = out.rstrip("\r\n"), err.rstrip("\r\n")
+    return {"rc": rc, "stdout": out, "stderr": err, "stdout_lines": out.splitlines()}
+
+
+def reads(files, commands):
+    """(files, commands) of gpustack_reads, none failing: the commands first, then the files (a
+    file of /proc read after nvidia-smi, which may load the module through nvidia-modprobe)."""
+    ran = {name: command_entry(argv) for name, argv in commands.items()}
+    return {name: read_entry(path) for name, path in files.items()}, ran
+
+
+def read_failure(commands, argvs, must_succeed):
+    """The error of the first of `must_succeed` whose command failed, else None."""
+    for name in must_succeed:
+        if name in commands and commands[name]["rc"] != 0:
+            answer = commands[name]
+            return "%s failed (rc %d): %s" % (
+                " ".join(str(arg) for arg in argvs[name]),
+                answer["rc"],
+                answer["stderr"] or answer["stdout"],
+            )
+    return None
+
+
 # Where apt users read when the package lists were last refreshed, the first that exists counting:
 # the success stamp some systems' apt hooks touch (Ubuntu), then the lists directory
 # (ansible.builtin.apt's get_cache_mtime()).

@@ -43,19 +43,10 @@ commands:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import run, slurp
-
-
-def read_file(path):
-    exists, content, error = slurp(path)
-    # a file that cannot be read counts as missing here (slurp's failed_when: false)
-    return {"exists": exists and not error, "content": content, "error": error}
-
-
-def run_command(argv):
-    rc, out, err = run([str(arg) for arg in argv])
-    out, err = out.rstrip("\r\n"), err.rstrip("\r\n")
-    return {"rc": rc, "stdout": out, "stderr": err, "stdout_lines": out.splitlines()}
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import (
+    read_failure,
+    reads,
+)
 
 
 def main():
@@ -70,18 +61,10 @@ def main():
     for name, argv in module.params["commands"].items():
         if not isinstance(argv, list) or not argv:
             module.fail_json(msg="commands.%s must be a non-empty argv list" % name)
-    commands = {name: run_command(argv) for name, argv in module.params["commands"].items()}
-    files = {name: read_file(path) for name, path in module.params["files"].items()}
-    for name in module.params["must_succeed"]:
-        if name in commands and commands[name]["rc"] != 0:
-            argv = " ".join(str(arg) for arg in module.params["commands"][name])
-            answer = commands[name]
-            module.fail_json(
-                msg="%s failed (rc %d): %s"
-                % (argv, answer["rc"], answer["stderr"] or answer["stdout"]),
-                files=files,
-                commands=commands,
-            )
+    files, commands = reads(module.params["files"], module.params["commands"])
+    failure = read_failure(commands, module.params["commands"], module.params["must_succeed"])
+    if failure:
+        module.fail_json(msg=failure, files=files, commands=commands)
     module.exit_json(changed=False, files=files, commands=commands)
 
 

@@ -20,6 +20,7 @@ PACKAGE = "ansible_collections.gpustack.gpustack.plugins.module_utils"
 # Each imports only those before it.
 ORDER = (
     "gpustack_host",
+    "gpustack_dpkg",
     "gpustack_keyfetch",
     "gpustack_stamps",
     "gpustack_containerd",
