@@ -29,6 +29,19 @@ description:
     C(stdout), as the apt module does (C(gpustack plan) reads the C(Inst) lines).
   - "A failed transaction fails the module with apt-get's error, as the apt module words it
     (C('CMD' failed - STDERR), with a colon)."
+  - What must surround the transaction can go in the same call, in this order (each optional).
+    The record of the packages installed before (O(record), written once); a runtime mask on
+    units whose package scripts must not start them (O(mask_runtime), lifted after the
+    transaction whether it failed or not, and wherever a killed earlier run left one); then, after
+    a transaction that succeeded or was not needed, units enabled (O(enable)), packages held
+    (O(hold), O(hold_present)) and reads of the host (O(reads), as C(gpustack_reads)). The driver
+    role's mask, transaction, unmask and enable, and hold were four tasks, four round trips
+    (docs/performance.md).
+  - With O(background) (not in check mode) a call whose transaction is needed starts it in a
+    process of its own on the host and returns at once with RV(job); a later call with O(join)
+    waits for it there and returns what the call would have returned. Meanwhile the play goes on
+    with work that does not need these packages (in site.yml the container runtime's wiring). The
+    transaction finishes on the host even when the controller goes away.
 options:
   packages:
     type: list
@@ -67,6 +80,56 @@ options:
     type: path
     default: /var/lib/apt/extended_states
     description: apt's record of automatically installed packages (tests).
+  record:
+    type: path
+    description: Where the names of the installed packages (held or not) are written, one per
+      line, before the transaction; only where the file does not exist yet (written complete or
+      not at all). Check mode writes nothing and reports RV(recorded).
+  mask_runtime:
+    type: list
+    elements: str
+    default: []
+    description: Units masked with C(systemctl mask --runtime) for the transaction (not in check
+      mode); each is unmasked after it, failed or not, and wherever a runtime mask is found.
+  enable:
+    type: list
+    elements: str
+    default: []
+    description: Units enabled after the transaction (or where none was needed), unless they are
+      (not in check mode). RV(enabled) says which.
+  hold:
+    type: list
+    elements: str
+    default: []
+    description: Packages put on hold after the transaction (dpkg selections, as
+      C(gpustack_dpkg_selections)); in check mode RV(holds) says what would change.
+  hold_present:
+    type: list
+    elements: str
+    default: []
+    description: Packages put on hold as O(hold), those of them that are installed.
+  reads:
+    type: dict
+    default: {}
+    description: Reads after the transaction (in check mode too), as C(gpustack_reads) takes
+      them (C(files), C(commands), C(must_succeed)); returned in RV(reads).
+  background:
+    type: bool
+    default: false
+    description: Start a needed transaction on the host and return without waiting (RV(job));
+      ignored in check mode and where no transaction is needed (the call then does it all).
+  job_dir:
+    type: path
+    default: /var/lib/gpustack/jobs
+    description: Where a background transaction keeps its process id and its result.
+  join:
+    type: path
+    description: Wait for the background transaction of this RV(job) and return its result (the
+      other options are not used).
+  join_timeout:
+    type: int
+    default: 7200
+    description: Seconds O(join) waits (a DKMS build can take many minutes).
 author: gpustack
 """
 
@@ -78,22 +141,56 @@ needed:
   description: The packages that were not installed at their version before the call.
   type: list
 manual: {description: Packages marked manually installed by apt-mark., type: list}
+recorded: {description: O(record) was written (would be, in check mode)., type: bool}
+enabled:
+  description: Unit to C(enabled) (enabled by this call) or C(was enabled).
+  type: dict
+holds:
+  description: Each package whose selection changed (would change in check mode) to hold, with
+    its selection C(before) (C(not present) for one dpkg does not know) and C(after).
+  type: list
+reads:
+  description: O(reads) as C(gpustack_reads) returns them (C(files), C(commands)).
+  type: dict
+job:
+  description: A started background transaction (for O(join)); empty where none started.
+  type: str
 """
 
+import json
 import os
 import shutil
 import tempfile
+import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_dpkg import (
+    SelectionError,
+    selection_changes,
+    selections_diff,
+    set_selections,
+)
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import (
     apt_option_args,
     packages,
+    read_failure,
+    reads,
     run,
 )
 
 ENV = dict(DEBIAN_FRONTEND="noninteractive", DEBIAN_PRIORITY="critical", LANG="C", LC_ALL="C",
            LC_MESSAGES="C", LC_CTYPE="C", LANGUAGE="C")  # fmt: skip
 DPKG_OPTIONS = ["-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold"]
+# Where `systemctl mask --runtime` puts its link.
+RUNTIME_UNITS = "/run/systemd/system"
+
+
+class Failed(Exception):
+    """A step failed: the module fails with this message and these result keys."""
+
+    def __init__(self, msg, **result):
+        Exception.__init__(self, msg)
+        self.result = dict(result, msg=msg)
 
 
 def split(spec):
@@ -133,65 +230,268 @@ def preferences_as_written(directory, pins):
     return copy
 
 
+def needed_specs(specs):
+    """The name=version specs apt must act on (the packages not installed at their version)."""
+    have = packages([name for name, _ in specs])  # held or not; half-configured: apt finishes them
+    return have, [
+        spec_text(name, version)
+        for name, version in specs
+        if name not in have or (version and have[name] != version)
+    ]
+
+
+def write_record(path, check_mode):
+    """The installed packages' names, once: False where the record exists already."""
+    if os.path.exists(path):
+        return False
+    if check_mode:
+        return True
+    rc, out, err = run(["dpkg-query", "-W", "-f=${Package} ${db:Status-Abbrev}\n"])
+    if rc != 0:
+        raise Failed("dpkg-query could not list the installed packages: %s" % err.strip(), rc=rc)
+    names = [f[0] for f in (line.split() for line in out.splitlines()) if len(f) > 1
+             and f[1][:2] in ("ii", "hi")]  # fmt: skip
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path + ".tmp", "w") as fh:
+        fh.write("".join(name + "\n" for name in names))
+    os.rename(path + ".tmp", path)
+    return True
+
+
+def systemctl(*args):
+    rc, out, err = run(["systemctl"] + list(args))
+    if rc != 0:
+        raise Failed("systemctl %s failed: %s" % (" ".join(args), (err or out).strip()), rc=rc)
+
+
+def runtime_masked(unit):
+    link = os.path.join(RUNTIME_UNITS, unit)
+    return os.path.islink(link) and os.readlink(link) == os.devnull
+
+
+def apt_get(params, specs, have, check_mode):
+    """One apt-get install of what is needed: (changed, result keys); Failed with apt's words."""
+    wanted = [spec_text(name, version) for name, version in specs if version or name not in have]
+    preferences = None
+    if check_mode and params["pins"]:
+        preferences = preferences_as_written(params["preferences_dir"], params["pins"])
+    cmd = (
+        ["apt-get", "-y"]
+        + DPKG_OPTIONS
+        + ["-o", "DPkg::Lock::Timeout=%d" % params["lock_timeout"]]
+        + apt_option_args(params["apt_options"])
+        + (["-o", "Dir::Etc::PreferencesParts=%s" % preferences] if preferences else [])
+        + (["--simulate"] if check_mode else [])
+        + ([] if params["install_recommends"] else ["--no-install-recommends"])
+        + ["--allow-downgrades", "--allow-change-held-packages"]
+        + ["install"]
+        + wanted
+    )
+    try:
+        rc, out, err = run(cmd, env=dict(os.environ, **ENV))
+    finally:
+        if preferences:
+            shutil.rmtree(preferences, ignore_errors=True)
+    if rc != 0:
+        raise Failed("'%s' failed: %s" % (" ".join(cmd), err), rc=rc, stdout=out, stderr=err,
+                     cmd=cmd)  # fmt: skip
+    return dict(stdout=out, stderr=err, cmd=cmd)
+
+
+def transaction(params, check_mode):
+    """The whole call but a background start or a join: the module's result (failed, msg on a
+    failure)."""
+    specs = [split(spec) for spec in params["packages"] if spec.strip()]
+    names = [name for name, _ in specs]
+    result = dict(changed=False, stdout="", stderr="", needed=[], manual=[], recorded=False,
+                  enabled={}, holds=[], reads={})  # fmt: skip
+    try:
+        have, needed = needed_specs(specs)
+        result["needed"] = needed
+        if params["record"]:
+            result["recorded"] = write_record(params["record"], check_mode)
+        masked = []
+        try:
+            if needed and not check_mode:
+                for unit in params["mask_runtime"]:
+                    systemctl("mask", "--runtime", unit)
+                    masked.append(unit)
+            if needed:
+                result.update(apt_get(params, specs, have, check_mode), changed=True)
+            else:
+                auto = auto_marked(names, params["extended_states"])
+                if auto and not check_mode:
+                    rc, _out, err = run(["apt-mark", "manual"] + auto, env=dict(os.environ, **ENV))
+                    if rc != 0:
+                        raise Failed("apt-mark manual failed: %s" % err.strip(), rc=rc)
+                result["manual"] = auto
+        finally:
+            if not check_mode:  # also a mask a killed earlier run left
+                for unit in params["mask_runtime"]:
+                    if unit in masked or runtime_masked(unit):
+                        systemctl("unmask", "--runtime", unit)
+        after(params, check_mode, result)
+    except Failed as exc:
+        result.update(exc.result, failed=True)
+    except SelectionError as exc:
+        result.update(failed=True, msg=exc.msg, rc=exc.rc, stderr=exc.stderr)
+    result["changed"] = bool(result["changed"] or result["recorded"] or result["holds"]
+                             or "enabled" in result["enabled"].values())  # fmt: skip
+    return result
+
+
+def after(params, check_mode, result):
+    """After a transaction that succeeded or was not needed: enable, hold, read."""
+    if not check_mode:
+        for unit in params["enable"]:
+            if run(["systemctl", "is-enabled", "--quiet", unit])[0] == 0:
+                result["enabled"][unit] = "was enabled"
+            else:
+                systemctl("enable", "--quiet", unit)
+                result["enabled"][unit] = "enabled"
+    present = packages(params["hold_present"]) if params["hold_present"] else {}
+    names = params["hold"] + [name for name in params["hold_present"] if name in present]
+    if names:
+        result["holds"] = selection_changes(names, "hold")
+        if result["holds"]:
+            result["diff"] = selections_diff(result["holds"])
+            if not check_mode:
+                set_selections(result["holds"], params["lock_timeout"])
+    spec = params["reads"]
+    if spec:
+        argvs = spec.get("commands") or {}
+        files, commands = reads(spec.get("files") or {}, argvs)
+        result["reads"] = dict(files=files, commands=commands)
+        failure = read_failure(commands, argvs, spec.get("must_succeed") or [])
+        if failure:
+            raise Failed(failure)
+
+
+def write_json(path, data):
+    with open(path + ".tmp", "w") as fh:
+        json.dump(data, fh)
+    os.rename(path + ".tmp", path)
+
+
+def start(params):
+    """Run the transaction in a process of its own (detached from the module's SSH session):
+    returns the job's path; the process writes JOB.pid at once and JOB.json at its end."""
+    directory = params["job_dir"]
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    for name in os.listdir(directory):  # what no run joined (a run that failed meanwhile)
+        path = os.path.join(directory, name)
+        if name.endswith(".json") or (name.endswith(".pid") and not alive(read_pid(path))):
+            os.unlink(path)
+    job = os.path.join(directory, "apt-install-%d-%d" % (time.time(), os.getpid()))
+    child = os.fork()
+    if child == 0:  # a session of its own, then a grandchild that init adopts
+        try:
+            os.setsid()
+            grandchild = os.fork()
+            if grandchild:
+                write_json(job + ".pid", {"pid": grandchild})
+                os._exit(0)
+            os.chdir("/")
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            os.closerange(3, 1024)
+            try:
+                result = transaction(params, False)
+            except Exception as exc:  # never leave the joining call without an answer
+                msg = "the package transaction failed: %s" % exc
+                result = dict(failed=True, changed=True, msg=msg)
+            write_json(job + ".json", result)
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+    return job
+
+
+def read_pid(path):
+    try:
+        with open(path) as fh:
+            return json.load(fh)["pid"]
+    except (IOError, OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def alive(pid):
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+def join(job, timeout):
+    """The result of the background transaction `job`, once it is there."""
+    deadline = time.time() + timeout
+    while not os.path.exists(job + ".json"):
+        pid = read_pid(job + ".pid")
+        if os.path.exists(job + ".json"):
+            break
+        if not alive(pid):
+            msg = ("The background package transaction %s ended without a result. Hint: look at "
+                   "/var/log/apt/term.log on the host, then run gpustack again." % job)  # fmt: skip
+            return dict(failed=True, changed=True, msg=msg)
+        if time.time() >= deadline:
+            msg = ("The background package transaction %s (pid %d) is still running after %d s; "
+                   "it goes on on the host. Hint: wait for it (dpkg's lock), then run gpustack "
+                   "again." % (job, pid, timeout))  # fmt: skip
+            return dict(failed=True, changed=True, msg=msg)
+        time.sleep(0.1)
+    with open(job + ".json") as fh:
+        result = json.load(fh)
+    for suffix in (".json", ".pid"):
+        if os.path.exists(job + suffix):
+            os.unlink(job + suffix)
+    return result
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            packages=dict(type="list", elements="str", required=True),
+            packages=dict(type="list", elements="str", default=[]),
             install_recommends=dict(type="bool", default=False),
             lock_timeout=dict(type="int", default=300),
             apt_options=dict(type="list", elements="str", default=[]),
             pins=dict(type="list", elements="dict", default=[]),
             preferences_dir=dict(type="path", default="/etc/apt/preferences.d"),
             extended_states=dict(type="path", default="/var/lib/apt/extended_states"),
+            record=dict(type="path"),
+            mask_runtime=dict(type="list", elements="str", default=[]),
+            enable=dict(type="list", elements="str", default=[]),
+            hold=dict(type="list", elements="str", default=[]),
+            hold_present=dict(type="list", elements="str", default=[]),
+            reads=dict(type="dict", default={}),
+            background=dict(type="bool", default=False),
+            job_dir=dict(type="path", default="/var/lib/gpustack/jobs"),
+            join=dict(type="path"),
+            join_timeout=dict(type="int", default=7200),
         ),
+        required_one_of=[("packages", "join")],
         supports_check_mode=True,
     )
-    env = dict(os.environ, **ENV)
-    specs = [split(spec) for spec in module.params["packages"] if spec.strip()]
-    names = [name for name, _ in specs]
-    have = packages(names)  # installed (held or not); half-configured ones: apt-get finishes them
-    needed = [
-        spec_text(name, version)
-        for name, version in specs
-        if name not in have or (version and have[name] != version)
-    ]
-    if not needed:
-        auto = auto_marked(names, module.params["extended_states"])
-        if auto and not module.check_mode:
-            rc, out, err = run(["apt-mark", "manual"] + auto, env=env)
-            if rc != 0:
-                module.fail_json(msg="apt-mark manual failed: %s" % err.strip(), rc=rc)
-        module.exit_json(changed=False, stdout="", stderr="", needed=[], manual=auto)
-    # every exact version (apt-get marks an installed one manual, and leaves it), and the names
-    # without one that are missing (an installed one stays at its version, as with the apt
-    # module's state=present)
-    wanted = [spec_text(name, version) for name, version in specs if version or name not in have]
-    preferences = None
-    if module.check_mode and module.params["pins"]:
-        preferences = preferences_as_written(
-            module.params["preferences_dir"], module.params["pins"]
-        )
-    cmd = (
-        ["apt-get", "-y"]
-        + DPKG_OPTIONS
-        + ["-o", "DPkg::Lock::Timeout=%d" % module.params["lock_timeout"]]
-        + apt_option_args(module.params["apt_options"])
-        + (["-o", "Dir::Etc::PreferencesParts=%s" % preferences] if preferences else [])
-        + (["--simulate"] if module.check_mode else [])
-        + ([] if module.params["install_recommends"] else ["--no-install-recommends"])
-        + ["--allow-downgrades", "--allow-change-held-packages"]
-        + ["install"]
-        + wanted
-    )
-    try:
-        rc, out, err = run(cmd, env=env)
-    finally:
-        if preferences:
-            shutil.rmtree(preferences, ignore_errors=True)
-    if rc != 0:
-        module.fail_json(msg="'%s' failed: %s" % (" ".join(cmd), err), rc=rc, stdout=out,
-                         stderr=err, cmd=cmd, needed=needed)  # fmt: skip
-    module.exit_json(changed=True, stdout=out, stderr=err, cmd=cmd, needed=needed, manual=[])
+    params = module.params
+    for name, argv in (params["reads"].get("commands") or {}).items():
+        if not isinstance(argv, list) or not argv:
+            module.fail_json(msg="reads.commands.%s must be a non-empty argv list" % name)
+    if params["join"]:
+        result = join(params["join"], params["join_timeout"])
+    elif params["background"] and not module.check_mode:
+        specs = [split(spec) for spec in params["packages"] if spec.strip()]
+        if needed_specs(specs)[1]:
+            module.exit_json(changed=True, job=start(params), started=True)
+        result = transaction(params, False)
+    else:
+        result = transaction(params, module.check_mode)
+    result.setdefault("job", "")
+    if result.pop("failed", False):
+        module.fail_json(**result)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

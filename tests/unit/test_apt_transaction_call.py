@@ -1,0 +1,178 @@
+"""gpustack_apt_install's whole call (the driver role's transaction with what surrounds it) and its
+background start and join.
+
+apt-get, systemctl and dpkg are TEST DOUBLES here (scripts that log their calls to one file, in
+order; dpkg keeps its selections in a file, as in test_dpkg_selections.py): a real transaction
+would change this machine. dpkg-query is the real one (the packages named do not exist here, so
+they are "needed"), and the record is written from this machine's real package list. On lab nodes
+the call runs for real in every first install, upgrade and kill/re-run (tests/lab).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from tests.conftest import ROOT
+from tests.unit.host_modules import run_module
+from tests.unit.test_dpkg_selections import FAKE_DPKG
+
+MODULE = ROOT / "plugins/modules/gpustack_apt_install.py"
+PACKAGES = ["gpustack-fixture-driver=1.0-1", "gpustack-fixture-persistenced=1.0-1"]
+UNIT = "gpustack-fixture-persistenced.service"
+# TEST DOUBLES: each logs its arguments; apt-get sleeps FAKE_APT_SLEEP s and exits FAKE_APT_RC.
+FAKE_APT_GET = r"""#!/bin/sh
+# TEST DOUBLE (gpustack unit tests): apt-get that installs nothing.
+echo "apt-get $*" >> "$FAKE_LOG"
+sleep "${FAKE_APT_SLEEP:-0}"
+[ "${FAKE_APT_RC:-0}" = 0 ] || { echo "E: Sub-process /usr/bin/dpkg returned an error code (1)" >&2; exit "$FAKE_APT_RC"; }
+echo "Unpacking gpustack-fixture-driver (1.0-1) ..."
+echo "Setting up gpustack-fixture-driver (1.0-1) ..."
+"""
+FAKE_SYSTEMCTL = r"""#!/bin/sh
+# TEST DOUBLE (gpustack unit tests): systemctl that logs; a unit is enabled once enable ran.
+echo "systemctl $*" >> "$FAKE_LOG"
+case "$1" in
+is-enabled) grep -q "^systemctl enable" "$FAKE_LOG" ;;
+esac
+"""
+FAKE_DPKG_LOGGED = FAKE_DPKG.replace(
+    "--set-selections)\n", '--set-selections)\n  echo "dpkg --set-selections" >> "$FAKE_LOG"\n', 1
+)
+
+
+def call(tmp_path, check=False, **args) -> dict:
+    extra_env = args.pop("_env", {})
+    params = {"packages": PACKAGES, "record": str(tmp_path / "state/packages-before"),
+              "mask_runtime": [UNIT], "enable": [UNIT],
+              "hold": ["gpustack-fixture-driver", "gpustack-fixture-persistenced"],
+              "reads": {"commands": {"echo": ["echo", "read after"]}},
+              "job_dir": str(tmp_path / "jobs"), "lock_timeout": 0,
+              "_ansible_check_mode": check, **args}  # fmt: skip
+    env = {"FAKE_LOG": str(tmp_path / "calls"), "FAKE_DPKG_STATE": str(tmp_path / "selections"),
+           **extra_env}  # fmt: skip
+    fakes = {"apt-get": FAKE_APT_GET, "systemctl": FAKE_SYSTEMCTL, "dpkg": FAKE_DPKG_LOGGED}
+    return run_module(MODULE, params, tmp_path / "work", fakes, env)
+
+
+def calls(tmp_path) -> list[str]:
+    path = tmp_path / "calls"
+    return [line.split(" -")[0] if line.startswith("apt-get") else line
+            for line in path.read_text().splitlines()] if path.exists() else []  # fmt: skip
+
+
+def selections_file(tmp_path, text="gpustack-fixture-driver\tinstall\n"):
+    (tmp_path / "selections").write_text(text)
+
+
+def test_one_call_records_masks_installs_unmasks_enables_holds_and_reads_in_that_order(tmp_path):
+    selections_file(tmp_path)
+    result = call(tmp_path)
+    assert not result.get("failed"), result
+    assert calls(tmp_path) == [
+        f"systemctl mask --runtime {UNIT}",
+        "apt-get",
+        f"systemctl unmask --runtime {UNIT}",
+        f"systemctl is-enabled --quiet {UNIT}",
+        f"systemctl enable --quiet {UNIT}",
+        "dpkg --set-selections",
+    ]
+    assert result["changed"] is True and result["recorded"] is True
+    assert result["enabled"] == {UNIT: "enabled"}
+    assert result["holds"] == [
+        {"item": "gpustack-fixture-driver", "before": "install", "after": "hold"},
+        {"item": "gpustack-fixture-persistenced", "before": "not present", "after": "hold"},
+    ]
+    assert "Setting up gpustack-fixture-driver" in result["stdout"]
+    assert result["reads"]["commands"]["echo"]["stdout"] == "read after"
+    record = (tmp_path / "state/packages-before").read_text().splitlines()
+    assert "dpkg" in record and "gpustack-fixture-driver" not in record  # this machine's own
+    assert result["job"] == ""
+
+
+def test_a_failed_transaction_lifts_the_mask_and_holds_enables_reads_nothing(tmp_path):
+    selections_file(tmp_path)
+    result = call(tmp_path, _env={"FAKE_APT_RC": "100"})
+    assert result["failed"] is True
+    assert "Sub-process /usr/bin/dpkg returned an error code" in result["msg"]
+    assert calls(tmp_path) == [f"systemctl mask --runtime {UNIT}", "apt-get",
+                               f"systemctl unmask --runtime {UNIT}"]  # fmt: skip
+    assert "selections.calls" not in os.listdir(tmp_path)
+
+
+def test_check_mode_changes_nothing_and_reports_the_record_and_the_holds(tmp_path):
+    selections_file(tmp_path)
+    result = call(tmp_path, check=True)
+    assert not result.get("failed"), result
+    assert calls(tmp_path) == ["apt-get"]  # the simulation
+    assert "--simulate" in result["cmd"]
+    assert result["recorded"] is True and not (tmp_path / "state/packages-before").exists()
+    assert [h["item"] for h in result["holds"]] == ["gpustack-fixture-driver",
+                                                     "gpustack-fixture-persistenced"]  # fmt: skip
+    assert result["enabled"] == {} and "selections.calls" not in os.listdir(tmp_path)
+    assert result["reads"]["commands"]["echo"]["rc"] == 0
+
+
+def test_nothing_needed_still_holds_and_enables_and_lifts_no_mask_it_did_not_find(tmp_path):
+    selections_file(tmp_path, "dpkg\tinstall\n")
+    own = os.popen("dpkg-query -W -f='${Version}' dpkg").read()
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state/packages-before").write_text("kept\n")
+    result = call(tmp_path, packages=[f"dpkg={own}"], hold=["dpkg"], background=True)
+    assert not result.get("failed"), result
+    assert result["job"] == ""  # nothing to do in the background: the call did it all
+    assert calls(tmp_path) == [f"systemctl is-enabled --quiet {UNIT}",
+                               f"systemctl enable --quiet {UNIT}", "dpkg --set-selections"]  # fmt: skip
+    assert result["recorded"] is False
+    assert (tmp_path / "state/packages-before").read_text() == "kept\n"
+
+
+def test_background_start_returns_at_once_and_join_returns_the_calls_result(tmp_path):
+    selections_file(tmp_path)
+    started = time.monotonic()
+    launch = call(tmp_path, background=True, _env={"FAKE_APT_SLEEP": "3"})
+    took = time.monotonic() - started
+    assert not launch.get("failed"), launch
+    assert launch["changed"] is True and launch["job"]
+    assert took < 2.5, took  # did not wait for apt-get's 3 s
+    job = launch["job"]
+    assert json.loads(Path(job + ".pid").read_text())["pid"] > 0
+    assert not os.path.exists(job + ".json")
+    joined = run_module(MODULE, {"join": job}, tmp_path / "join")
+    assert not joined.get("failed"), joined
+    assert "Setting up gpustack-fixture-driver" in joined["stdout"]
+    assert joined["enabled"] == {UNIT: "enabled"} and len(joined["holds"]) == 2
+    assert joined["reads"]["commands"]["echo"]["stdout"] == "read after"
+    assert calls(tmp_path)[-1] == "dpkg --set-selections"
+    assert os.listdir(tmp_path / "jobs") == []  # the join took the result and the pid file
+
+
+def test_a_background_transaction_that_fails_fails_the_join_with_apts_words(tmp_path):
+    selections_file(tmp_path)
+    launch = call(tmp_path, background=True, _env={"FAKE_APT_RC": "100", "FAKE_APT_SLEEP": "1"})
+    joined = run_module(MODULE, {"join": launch["job"]}, tmp_path / "join")
+    assert joined["failed"] is True
+    assert "Sub-process /usr/bin/dpkg returned an error code" in joined["msg"]
+    assert calls(tmp_path)[-1] == f"systemctl unmask --runtime {UNIT}"
+
+
+def test_join_of_a_job_that_died_without_a_result_fails_with_a_hint(tmp_path):
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "apt-install-1-1.pid").write_text(json.dumps({"pid": 2**22 + 12345}))  # no such pid
+    joined = run_module(MODULE, {"join": str(jobs / "apt-install-1-1")}, tmp_path / "join")
+    assert joined["failed"] is True
+    assert "ended without a result" in joined["msg"] and "Hint:" in joined["msg"]
+
+
+def test_a_start_clears_results_no_run_joined_and_pid_files_of_dead_jobs(tmp_path):
+    selections_file(tmp_path)
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    (jobs / "apt-install-1-1.json").write_text("{}")
+    (jobs / "apt-install-1-1.pid").write_text(json.dumps({"pid": 2**22 + 12345}))
+    launch = call(tmp_path, background=True)
+    run_module(MODULE, {"join": launch["job"]}, tmp_path / "join")
+    assert os.listdir(jobs) == []
