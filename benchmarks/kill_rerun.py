@@ -40,15 +40,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+# The driver's transaction call (the record, nvidia-persistenced's mask, the transaction, the
+# unmask and enable, the holds and reads in one module run; in site.yml started in the
+# background) and, in site.yml, the wait for it.
 DRIVER_TRANSACTION = (
     "Install the driver packages at exactly that version"
-    " (with nvidia-persistenced and the toolkit's)"
+    " (with nvidia-persistenced and the toolkit's), hold them"
+)
+DRIVER_JOIN = (
+    "Install the driver packages at exactly that version (wait for the background transaction)"
 )
 HOLD_TOOLKIT = "Hold the toolkit packages (one call, after the dpkg lock)"
-HOLD_DRIVER = (
-    "Hold the driver packages so unattended upgrades cannot move them"
-    " (one call, after the dpkg lock)"
-)
 # (task name as ansible-runner reports it, the layer to reset before the trial)
 KILL_POINTS = [
     ("Enable the archive components that carry the NVIDIA driver", "driver"),
@@ -57,14 +59,15 @@ KILL_POINTS = [
         " versions the sources offer",
         "driver",
     ),
-    ("Pin the driver version", "driver"),
+    ("Pin the driver version, blacklist nouveau", "driver"),
+    (DRIVER_TRANSACTION, "driver"),
+    # site.yml: the controller killed while containerd is wired and the transaction runs on
     (
-        "Record the packages installed before the first driver install, mask nvidia-persistenced"
-        " for the transaction",
+        "Keep what existed, mark a containerd restart pending, write the nvidia runtime drop-in "
+        "and the import (every other line kept)",
         "driver",
     ),
-    (DRIVER_TRANSACTION, "driver"),
-    (HOLD_DRIVER, "driver"),
+    (DRIVER_JOIN, "driver"),
     ("Regenerate the initramfs without nouveau", "driver"),  # its marker left: the rerun does it
     ("Write the repository source", "toolkit"),
     (DRIVER_TRANSACTION, "toolkit"),  # site.yml: the toolkit's packages go in with the driver's
@@ -93,9 +96,8 @@ UNINSTALL_POINTS = [
     ("Remove the driver packages", "installed"),
 ]  # fmt: skip
 UPGRADE_POINTS = [
-    ("Pin the driver version", "old"),
+    ("Pin the driver version, blacklist nouveau", "old"),
     (DRIVER_TRANSACTION, "old"),
-    (HOLD_DRIVER, "old"),
 ]
 LAYERS = {"driver": "driver,toolkit,runtime", "toolkit": "toolkit,runtime", "runtime": "runtime"}
 DRIVER_HELD = {"nvidia-kernel-dkms", "nvidia-smi", "libcuda1", "nvidia-persistenced"}

@@ -96,7 +96,14 @@ def summarize(changes: list[TaskChange]) -> HostPlan:
                 _add(plan.other, str(msg.get("what") or label))
             continue
         if action in ("apt", "gpustack_apt_install", "dnf", "yum", "package"):
-            if not _add_simulation(plan, details.get("stdout", "")):
+            found = _add_simulation(plan, details.get("stdout", ""))
+            for item in details.get("holds") or []:  # gpustack_apt_install holds in its call
+                before, after = item.get("before", "?"), item.get("after", "?")
+                _add(plan.holds, f"{item.get('item', '?')}: {before} -> {after}")
+            if details.get("recorded"):
+                _add(plan.other, "would record the packages installed before gpustack's first "
+                     "driver install (uninstall restores that set)")  # fmt: skip
+            if not (found or details.get("holds") or details.get("recorded")):
                 _add(plan.other, label)  # e.g. a package list refresh, or dnf
         elif action in ("dpkg_selections", "gpustack_dpkg_selections"):  # one package, or many
             for item in details.get("items") or [details]:

@@ -189,3 +189,25 @@ def test_the_driver_transaction_module_is_planned_from_its_simulation():
         "Install", "nvidia_driver", [], "ansible.builtin.apt", {"stdout": SIMULATION}
     )
     assert summarize([change]).install == summarize([by_apt]).install != []
+
+
+def test_the_transaction_call_plans_its_packages_holds_and_record_from_its_result():
+    """gpustack_apt_install with the driver role's steps around it: the simulation, the holds its
+    call sets, and the record it writes, from the task result as ansible-runner hands it over."""
+    tracker = RunTracker(["n1"])
+    tracker.handle({"event": "runner_on_ok", "event_data": {
+        "host": "n1", "task": "Install the driver packages", "role": "nvidia_driver",
+        "resolved_action": "gpustack.gpustack.gpustack_apt_install",
+        "res": {"changed": True, "stdout": SIMULATION, "recorded": True, "holds": [
+            {"item": "nvidia-smi", "before": "not present", "after": "hold"}]}}})  # fmt: skip
+    plan = summarize(tracker.hosts["n1"].changes)
+    assert plan.install != [] and plan.holds == ["nvidia-smi: not present -> hold"]
+    assert plan.other == [
+        "would record the packages installed before gpustack's first driver install "
+        "(uninstall restores that set)"
+    ]
+    only_holds = TaskChange("Install the driver packages", "nvidia_driver", [],
+                            "gpustack.gpustack.gpustack_apt_install",
+                            {"holds": [{"item": "libcuda1", "before": "install", "after": "hold"}]})  # fmt: skip
+    plan = summarize([only_holds])
+    assert plan.holds == ["libcuda1: install -> hold"] and plan.other == []
