@@ -1,21 +1,28 @@
 # -*- coding: utf-8 -*-
-"""dpkg selections (hold, install, ...) of several packages: read them, set those that differ.
+"""dpkg selections (hold, install, ...) of several packages: read them, set those that differ;
+and whether dpkg is usable: the holders of its and apt's locks, what an interrupted run left,
+whether Ansible's apt module finds python3-apt.
 
-Shared by gpustack_dpkg_selections (roles/dpkg_ready) and gpustack_apt_install, which holds what
-its transaction installed in the same run (one round trip for both).
+Shared by gpustack_dpkg_selections and gpustack_dpkg_ready (roles/dpkg_ready), gpustack_apt_install
+(which holds what its transaction installed in the same call) and gpustack_host_probe (section
+dpkg: site.yml's probe reads dpkg's state, and dpkg_ready's own call is needed only where it
+found something to wait for or finish).
 """
 
 from __future__ import absolute_import, division, print_function
 
 __metaclass__ = type
 
+import importlib.util
 import os
 import re
+import sys
 import time
 
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import (
     process,
     run,
+    which,
 )
 
 # dpkg's refusals on a held lock (exit 2): "dpkg frontend lock was locked by another process with
@@ -90,3 +97,44 @@ def set_selections(items, timeout):
             err,
         )
     raise SelectionError("dpkg --set-selections failed: %s" % (err or out).strip(), rc, err)
+
+
+LOCKS = re.compile(r"/var/lib/dpkg/lock|/var/lib/apt/lists/lock|/var/cache/apt/archives/lock")
+INTERPRETERS = ("/usr/bin/python3", "/usr/bin/python")  # ansible.builtin.apt's own list
+
+
+def lock_holders():
+    """The pids holding dpkg's or apt's locks (lslocks unusable: none)."""
+    if not which("lslocks"):
+        return []
+    rc, out, _err = run(["lslocks", "--noheadings", "--raw", "--output", "PID,PATH"])
+    if rc != 0:
+        return []
+    pids = [line.split()[0] for line in out.splitlines() if line.split() and LOCKS.search(line)]
+    return list(dict.fromkeys(pids))
+
+
+def audit():
+    """What an interrupted dpkg run left: the first entries of /var/lib/dpkg/updates, then
+    `dpkg --audit` (empty: dpkg is usable)."""
+    lines = []
+    try:
+        lines.extend(sorted(os.listdir("/var/lib/dpkg/updates"))[:5])
+    except (IOError, OSError):
+        pass
+    _rc, out, err = run(["dpkg", "--audit"])
+    lines.extend((out + err).splitlines()[:20])
+    return "\n".join(lines)
+
+
+def python_apt(interpreters=INTERPRETERS):
+    """Whether Ansible's apt module finds python3-apt: in this interpreter (its own import), or
+    in a system interpreter it would respawn under (ansible.builtin.apt, `respawn_module`)."""
+    if all(importlib.util.find_spec(name) is not None for name in ("apt", "apt_pkg")):
+        return True
+    own = os.path.realpath(sys.executable)
+    for path in interpreters:
+        if os.path.exists(path) and os.path.realpath(path) != own:
+            if run([path, "-c", "import apt, apt_pkg"])[0] == 0:
+                return True
+    return False

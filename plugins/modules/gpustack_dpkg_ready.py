@@ -43,55 +43,16 @@ python_apt:
   type: bool
 """
 
-import importlib.util
-import os
-import re
-import sys
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_dpkg import (
+    INTERPRETERS,
+    audit,
+    lock_holders,
+    python_apt,
+)
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import process
-
-INTERPRETERS = ("/usr/bin/python3", "/usr/bin/python")  # the apt module's own list
-LOCKS = re.compile(r"/var/lib/dpkg/lock|/var/lib/apt/lists/lock|/var/cache/apt/archives/lock")
-
-
-def lock_holders(module):
-    """The pids holding dpkg's or apt's locks (lslocks unusable: none)."""
-    lslocks = module.get_bin_path("lslocks")
-    if not lslocks:
-        return []
-    rc, out, _err = module.run_command([lslocks, "--noheadings", "--raw", "--output", "PID,PATH"])
-    if rc != 0:
-        return []
-    pids = [line.split()[0] for line in out.splitlines() if line.split() and LOCKS.search(line)]
-    return list(dict.fromkeys(pids))
-
-
-def audit(module):
-    lines = []
-    try:
-        lines.extend(sorted(os.listdir("/var/lib/dpkg/updates"))[:5])
-    except (IOError, OSError):
-        pass
-    dpkg = module.get_bin_path("dpkg", required=True)
-    _rc, out, err = module.run_command([dpkg, "--audit"])
-    lines.extend((out + err).splitlines()[:20])
-    return "\n".join(lines)
-
-
-def python_apt(module):
-    """Whether Ansible's apt module finds python3-apt: in this interpreter (its own import), or
-    in a system interpreter it would respawn under (ansible.builtin.apt, `respawn_module`)."""
-    if all(importlib.util.find_spec(name) is not None for name in ("apt", "apt_pkg")):
-        return True
-    own = os.path.realpath(sys.executable)
-    for path in module.params["interpreters"]:
-        if os.path.exists(path) and os.path.realpath(path) != own:
-            rc, _out, _err = module.run_command([path, "-c", "import apt, apt_pkg"])
-            if rc == 0:
-                return True
-    return False
 
 
 def main():
@@ -105,7 +66,7 @@ def main():
     )
     started = time.monotonic()
     while True:
-        pids = lock_holders(module)
+        pids = lock_holders()
         if not pids or time.monotonic() - started >= module.params["timeout"]:
             break
         time.sleep(1)
@@ -117,8 +78,8 @@ def main():
         python_apt=True,
     )
     if module.params["audit"] and not pids:
-        result["audit"] = audit(module)
-        result["python_apt"] = python_apt(module)
+        result["audit"] = audit()
+        result["python_apt"] = python_apt(module.params["interpreters"])
     module.exit_json(**result)
 
 

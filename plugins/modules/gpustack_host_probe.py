@@ -26,6 +26,10 @@ description:
   - Section headers - whether the package sources offer the running kernel's missing headers
     (C(kernel_headers.available); C(apt-cache policy) loads the whole package cache, so only
     doctor asks; without it C(available) is null unless the headers are installed).
+  - Section dpkg - on a dpkg host, whether dpkg is usable as C(gpustack_dpkg_ready) finds it
+    (the holders of dpkg's and apt's locks, what an interrupted run left, python3-apt for
+    Ansible's apt module), without waiting; fact C(gpustack_dpkg_probe). site.yml asks for it,
+    and includes roles/dpkg_ready only where it found something to wait for or finish.
   - Paths come from the role's vars (roles/gpu_preflight/vars/main.yml). Changes nothing (no
     package list refresh, no restart); supports check mode.
 options:
@@ -33,7 +37,7 @@ options:
     description: Sections beyond preflight.
     type: list
     elements: str
-    choices: [status, converged, loaded, headers]
+    choices: [status, converged, loaded, headers, dpkg]
     default: []
   runtimes:
     description: Per runtime kind (k3s, rke2, crio, containerd, docker) - config, service (a unit,
@@ -71,7 +75,8 @@ ansible_facts:
     reboot_required_file); with section converged C(gpustack_converged_probe) (stamps,
     apt_lists_age); with section loaded, on containerd, C(gpustack_runtime_loaded) (kind,
     available, error, differences, restart_pending; on Docker kind, available, error,
-    runtime_loaded). roles/gpu_preflight/README.md documents them.
+    runtime_loaded); with section dpkg, on a dpkg host, C(gpustack_dpkg_probe) (holders, audit,
+    python_apt, ready). roles/gpu_preflight/README.md documents them.
   returned: always
   type: dict
 """
@@ -87,6 +92,11 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_containerd import (
     loaded_state,
 )
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_dpkg import (
+    audit,
+    lock_holders,
+    python_apt,
+)
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import (
     EXTRA_PATH,
     effective_dump,
@@ -95,6 +105,7 @@ from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host im
     packages,
     pinned_version,
     pins,
+    process,
     read,
     run,
     service_active,
@@ -513,6 +524,16 @@ def status(params, kind):
     }
 
 
+def dpkg_state():
+    """What roles/dpkg_ready's call would find, without its wait: `ready` when no lock is held,
+    no interrupted run left anything and python3-apt is there for Ansible's apt module."""
+    holders = [process(pid) for pid in lock_holders()]
+    found = "" if holders else audit()
+    apt = python_apt()
+    return {"holders": holders, "audit": found, "python_apt": apt,
+            "ready": not holders and not found and apt}  # fmt: skip
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -520,7 +541,7 @@ def main():
                 type="list",
                 elements="str",
                 default=[],
-                choices=["status", "converged", "loaded", "headers"],
+                choices=["status", "converged", "loaded", "headers", "dpkg"],
             ),
             runtimes=dict(type="dict", required=True),
             rke2_bin=dict(type="path", required=True),
@@ -558,6 +579,8 @@ def main():
             "error": "" if loaded is not None else "docker info did not answer",
             "runtime_loaded": bool(loaded),
         }
+    if "dpkg" in params["sections"] and which("dpkg"):
+        facts["gpustack_dpkg_probe"] = dpkg_state()
     module.exit_json(changed=False, ansible_facts=facts)
 
 

@@ -96,3 +96,35 @@ def test_python_apt_is_only_looked_for_with_the_audit(tmp_path):
     without = interpreter(tmp_path, "py-without", 1)
     assert run(tmp_path, interpreters=[without])["python_apt"] is True  # not asked: no claim
     assert not (tmp_path / "py-without.calls").exists()
+
+
+PROBE = ROOT / "plugins/modules/gpustack_host_probe.py"
+RUNTIMES = {kind: {"config": f"/nonexistent/{kind}", "service": kind}
+            for kind in ("k3s", "rke2", "crio", "containerd", "docker")}  # fmt: skip
+
+
+def probed(tmp_path, held=0) -> dict:
+    """site.yml's probe, section dpkg (the rest of the probe reads this machine)."""
+    env = {"FAKE_DIR": str(tmp_path), "FAKE_HELD": str(held), "FAKE_PID": str(os.getpid())}
+    args = {"sections": ["dpkg"], "runtimes": RUNTIMES, "rke2_bin": str(tmp_path / "rke2")}
+    result = run_module(PROBE, args, tmp_path, {"lslocks": FAKE_LSLOCKS, "dpkg": FAKE_DPKG}, env)
+    assert not result.get("failed"), result
+    return result["ansible_facts"]["gpustack_dpkg_probe"]
+
+
+def test_the_host_probe_reads_what_this_module_finds_without_waiting(tmp_path):
+    """site.yml leaves roles/dpkg_ready out where the probe found dpkg `ready`."""
+    clean = probed(tmp_path)
+    assert clean["holders"] == [] and clean["audit"] == ""
+    assert clean["ready"] is clean["python_apt"]
+    held = probed(tmp_path, held=5)
+    assert held["holders"] == [f"pid {os.getpid()} ({_cmdline()})"] and held["ready"] is False
+    assert calls(tmp_path) == 2  # one look each: no wait
+    (tmp_path / "audit").write_text("The following packages are only half configured\n")
+    left = probed(tmp_path)
+    assert "half configured" in left["audit"] and left["ready"] is False
+
+
+def _cmdline() -> str:
+    with open(f"/proc/{os.getpid()}/cmdline", "rb") as fh:
+        return fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()[:160]
