@@ -251,10 +251,13 @@ def write_record(path, check_mode):
         raise Failed("dpkg-query could not list the installed packages: %s" % err.strip(), rc=rc)
     names = [f[0] for f in (line.split() for line in out.splitlines()) if len(f) > 1
              and f[1][:2] in ("ii", "hi")]  # fmt: skip
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path + ".tmp", "w") as fh:
-        fh.write("".join(name + "\n" for name in names))
-    os.rename(path + ".tmp", path)
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path + ".tmp", "w") as fh:
+            fh.write("".join(name + "\n" for name in names))
+        os.rename(path + ".tmp", path)
+    except (IOError, OSError) as exc:
+        raise Failed("could not write %s (nothing was installed): %s" % (path, exc)) from None
     return True
 
 

@@ -176,3 +176,12 @@ def test_a_start_clears_results_no_run_joined_and_pid_files_of_dead_jobs(tmp_pat
     launch = call(tmp_path, background=True)
     run_module(MODULE, {"join": launch["job"]}, tmp_path / "join")
     assert os.listdir(jobs) == []
+
+
+def test_a_record_that_cannot_be_written_fails_before_anything_is_masked_or_installed(tmp_path):
+    selections_file(tmp_path)
+    (tmp_path / "state").write_text("a file where the state directory should be")
+    result = call(tmp_path)
+    assert result["failed"] is True
+    assert "could not write" in result["msg"] and "nothing was installed" in result["msg"]
+    assert calls(tmp_path) == []
