@@ -29,7 +29,8 @@ description:
   - Section dpkg - on a dpkg host, whether dpkg is usable as C(gpustack_dpkg_ready) finds it
     (the holders of dpkg's and apt's locks, what an interrupted run left, python3-apt for
     Ansible's apt module), without waiting; fact C(gpustack_dpkg_probe). site.yml asks for it,
-    and includes roles/dpkg_ready only where it found something to wait for or finish.
+    and includes roles/dpkg_ready only where it found something to wait for or finish. Not read
+    where section converged found every stamp without a problem (a no-op install's hosts).
   - Paths come from the role's vars (roles/gpu_preflight/vars/main.yml). Changes nothing (no
     package list refresh, no restart); supports check mode.
 options:
@@ -524,6 +525,14 @@ def status(params, kind):
     }
 
 
+def looks_converged(facts):
+    """Every stamp section converged read shows no problem: the host most likely ends its play
+    at the converged check, and dpkg's state is not needed (where it goes on, dpkg_ready reads it
+    as before: no fact, no shortcut)."""
+    stamps = (facts.get("gpustack_converged_probe") or {}).get("stamps") or {}
+    return bool(stamps) and all(not entry.get("problems") for entry in stamps.values())
+
+
 def dpkg_state():
     """What roles/dpkg_ready's call would find, without its wait: `ready` when no lock is held,
     no interrupted run left anything and python3-apt is there for Ansible's apt module."""
@@ -579,7 +588,7 @@ def main():
             "error": "" if loaded is not None else "docker info did not answer",
             "runtime_loaded": bool(loaded),
         }
-    if "dpkg" in params["sections"] and which("dpkg"):
+    if "dpkg" in params["sections"] and which("dpkg") and not looks_converged(facts):
         facts["gpustack_dpkg_probe"] = dpkg_state()
     module.exit_json(changed=False, ansible_facts=facts)
 

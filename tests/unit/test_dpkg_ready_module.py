@@ -13,7 +13,7 @@ import importlib.util
 import os
 
 from tests.conftest import ROOT
-from tests.unit.host_modules import run_module
+from tests.unit.host_modules import load, run_module
 
 MODULE = ROOT / "plugins/modules/gpustack_dpkg_ready.py"
 FAKE_LSLOCKS = """#!/bin/sh
@@ -128,3 +128,13 @@ def test_the_host_probe_reads_what_this_module_finds_without_waiting(tmp_path):
 def _cmdline() -> str:
     with open(f"/proc/{os.getpid()}/cmdline", "rb") as fh:
         return fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()[:160]
+
+
+def test_the_probe_leaves_dpkg_out_where_every_converged_stamp_shows_no_problem():
+    probe = load("plugins/modules/gpustack_host_probe.py", "gpustack_host_probe_dpkg")
+    clean = {"gpustack_converged_probe": {"stamps": {"a": {"problems": []}, "b": {"problems": []}}}}
+    assert probe.looks_converged(clean) is True
+    drifted = {"gpustack_converged_probe": {"stamps": {"a": {"problems": ["pin changed"]}}}}
+    assert probe.looks_converged(drifted) is False
+    assert probe.looks_converged({"gpustack_converged_probe": {"stamps": {}}}) is False  # first run
+    assert probe.looks_converged({}) is False  # section converged not asked for
