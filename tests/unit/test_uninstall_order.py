@@ -31,7 +31,7 @@ def test_uninstall_runs_in_reverse_lifecycle_order():
     assert "roles" not in site
     imports = [
         t["ansible.builtin.import_role"]
-        for t in site["tasks"]
+        for t in _flatten(site["tasks"])
         if "ansible.builtin.import_role" in t
     ]
     # The probe, the converged check (a converged host ends there) and the refusals; the driver's

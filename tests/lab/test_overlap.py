@@ -1,0 +1,83 @@
+"""install's driver transaction in the background with containerd wired meanwhile, on a real lab
+node (Debian 12, Debian's containerd and driver packages, the stand-in toolkit repository of
+tests/fixtures/lab_fixtures.py, a TEST FIXTURE).
+
+A first install starts the transaction on the node and wires containerd while it runs; a
+containerd configuration that containerd cannot read fails the host, and the host waits for its
+transaction before it fails (no package run left going on after the CLI has reported it). Fixed,
+the re-run installs nothing more and converges.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.fixtures import lab_fixtures
+from tests.lab.test_lab import ssh
+
+pytestmark = pytest.mark.lab
+
+LAB = f"overlap{os.getpid()}"
+NODE = f"{LAB}-node1"
+BROKEN = "version = 2\n[plugins\n"  # containerd: "(2, 2): unexpected token"
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    inventory = tmp_path_factory.mktemp("overlap") / "overlap.ini"
+    proc = run_cli("lab", "up", "--name", LAB, "--nodes", "1", "--os", "debian12",
+                   "--inventory", str(inventory), timeout=1800)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    varsfile = lab_fixtures.prepare([f"gpustack-{NODE}"], inventory.with_suffix(".vars.json"))
+    yield inventory, varsfile
+    run_cli("lab", "down", "--name", LAB)
+
+
+def install(lab) -> tuple[int, dict]:
+    inventory, varsfile = lab
+    proc = run_cli("install", str(inventory), "-e", f"@{varsfile}", "--output", "json",
+                   timeout=1800)  # fmt: skip
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def write(inventory, path: str, text: str) -> None:
+    data = base64.b64encode(text.encode()).decode()
+    assert ssh(inventory, NODE, f"echo {data} | base64 -d > {path}").returncode == 0
+
+
+def test_a_host_whose_wiring_fails_waits_for_its_background_transaction_before_it_fails(lab):
+    inventory, _ = lab
+    original = ssh(inventory, NODE, "cat /etc/containerd/config.toml").stdout
+    write(inventory, "/etc/containerd/config.toml", BROKEN)
+    rc, doc = install(lab)
+    host = doc["hosts"][NODE]
+    assert rc == 1, doc
+    tasks = [c["task"] for c in host["changes"]]
+    assert any(t.endswith("hold them") for t in tasks), tasks  # started in the background
+    message = host["failures"][-1]["message"]
+    assert "not a valid containerd configuration" in message and "(2, 2)" in message, message
+    assert "the driver's package transaction, started before it, finished" in message, message
+    # the host failed after its transaction: nothing runs on, the packages are in and held
+    assert ssh(inventory, NODE, "pgrep -a -x 'apt-get|dpkg' || true").stdout.strip() == ""
+    holds = ssh(inventory, NODE, "apt-mark showhold").stdout.split()
+    assert {"nvidia-kernel-dkms", "nvidia-container-toolkit"} <= set(holds), holds
+    assert ssh(inventory, NODE, "ls /var/lib/gpustack/jobs").stdout.strip() == ""
+    assert (
+        ssh(inventory, NODE, "systemctl is-enabled nvidia-persistenced").stdout.strip() == "enabled"
+    )
+    assert ssh(inventory, NODE, "cat /etc/containerd/config.toml").stdout == BROKEN  # untouched
+
+    write(inventory, "/etc/containerd/config.toml", original)
+    rc, doc = install(lab)
+    assert rc == 0, doc
+    host = doc["hosts"][NODE]
+    tasks = [c["task"] for c in host["changes"]]
+    assert not any("Install the driver packages" in t for t in tasks), tasks  # nothing to install
+    assert host["facts"]["gpustack_runtime"]["container_check"] == "passed"
+    rc, doc = install(lab)
+    assert rc == 0 and doc["hosts"][NODE]["converged"] is True, doc
