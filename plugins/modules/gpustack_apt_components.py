@@ -45,6 +45,11 @@ import json
 import os
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_apt_commit import (
+    commit_components,
+    components_pending_path,
+    write_components_record,
+)
 
 
 def source_files(root):
@@ -166,10 +171,6 @@ def matching_sources(files, suites):
     return found
 
 
-def pending_path(state_file):
-    return os.path.join(os.path.dirname(state_file), "apt-txn", "archive-components.pending")
-
-
 def mark_pending(path):
     directory = os.path.dirname(path)
     if not os.path.isdir(directory):
@@ -178,18 +179,6 @@ def mark_pending(path):
         fh.write("archive components changed; package lists not refreshed yet\n")
         fh.flush()
         os.fsync(fh.fileno())
-
-
-def write_record(path, record):
-    state_dir = os.path.dirname(path)
-    if not os.path.isdir(state_dir):
-        os.makedirs(state_dir, 0o755)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as fh:
-        json.dump(record, fh, indent=2)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.rename(tmp, path)
 
 
 def merged(entries, more):
@@ -233,18 +222,14 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    marker = pending_path(p["state_file"])
+    marker = components_pending_path(p["state_file"])
     record = {}
     if os.path.exists(p["state_file"]):
         with open(p["state_file"]) as fh:
             record = json.load(fh)
-    if p["state"] == "commit":
+    if p["state"] == "commit":  # what this change added is now the host's, kept
         if not module.check_mode:
-            if "uncommitted" in record:  # what this change added is now the host's, kept
-                write_record(p["state_file"], dict((k, v) for k, v in record.items()
-                                                   if k != "uncommitted"))  # fmt: skip
-            if os.path.exists(marker):
-                os.remove(marker)
+            commit_components(p["state_file"])
         module.exit_json(changed=False, pending=False)
     pending = os.path.exists(marker)
     remove = p["state"] in ("absent", "rollback")
@@ -300,7 +285,7 @@ def main():
             now = [
                 {"uris": t["uris"], "suites": t["suites"], "added": t["added"]} for t in touched_all
             ]
-            write_record(p["state_file"], {
+            write_components_record(p["state_file"], {
                 "added": sorted(added), "suites": suites,
                 "entries": merged(record.get("entries", []), now),
                 "uncommitted": merged(record.get("uncommitted", []), now),
@@ -316,7 +301,7 @@ def main():
             module.atomic_move(tmp, path)
         kept = [] if p["state"] == "absent" else unmerged(record.get("entries", []), undo)
         if remove and kept:  # a rollback: what committed runs added stays recorded
-            write_record(p["state_file"], {
+            write_components_record(p["state_file"], {
                 "added": sorted(set(c for e in kept for c in e["added"])),
                 "suites": record.get("suites") or suites, "entries": kept,
             })  # fmt: skip

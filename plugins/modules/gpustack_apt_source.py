@@ -118,6 +118,9 @@ import subprocess
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_apt_commit import (
+    commit_source,
+)
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import (
     apt_option_args,
     parse_apt_errors,
@@ -704,7 +707,7 @@ def main():
     record = load_txn(files["txn"])
     if params["state"] == "commit":
         if record is not None and not module.check_mode:
-            os.remove(files["txn"])
+            commit_source(params["name"], params["root"])
         module.exit_json(changed=False, pending=False, committed=record is not None)
     # rollback
     if record is None:

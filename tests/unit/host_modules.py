@@ -21,6 +21,8 @@ PACKAGE = "ansible_collections.gpustack.gpustack.plugins.module_utils"
 ORDER = (
     "gpustack_host",
     "gpustack_dpkg",
+    "gpustack_files",
+    "gpustack_apt_commit",
     "gpustack_keyfetch",
     "gpustack_stamps",
     "gpustack_containerd",

@@ -2,7 +2,7 @@
 
 import json
 
-from tests.unit.test_driver_filters import load
+from tests.unit.host_modules import load
 
 m = load("plugins/modules/gpustack_apt_components.py", "gpustack_apt_components")
 SUITES = ["bookworm", "bookworm-updates", "bookworm-security"]
@@ -71,20 +71,14 @@ def test_one_line_format():
 
 
 def run_module(tmp_path, **args) -> dict:
-    """The module as Ansible runs it, against a private /etc/apt and state directory."""
-    import json
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
+    """The module as Ansible runs it (its module_utils resolved), against a private /etc/apt and
+    state directory."""
+    from tests.unit import host_modules
 
     params = {"components": NONFREE, "suites": SUITES, "sources_dir": str(tmp_path / "apt"),
               "state_file": str(tmp_path / "state/apt-components.json"), **args}  # fmt: skip
-    path = tmp_path / "args.json"
-    path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": params}))
-    module = ROOT / "plugins/modules/gpustack_apt_components.py"
-    proc = subprocess.run([sys.executable, str(module), str(path)], capture_output=True, text=True)
-    return json.loads(proc.stdout)
+    module = host_modules.ROOT / "plugins/modules/gpustack_apt_components.py"
+    return host_modules.run_module(module, params, tmp_path / "run")
 
 
 def test_a_change_stays_pending_until_committed(tmp_path):
