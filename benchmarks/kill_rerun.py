@@ -59,8 +59,7 @@ KILL_POINTS = [
         " versions the sources offer",
         "driver",
     ),
-    ("Pin the driver version, blacklist nouveau", "driver"),
-    (DRIVER_TRANSACTION, "driver"),
+    (DRIVER_TRANSACTION, "driver"),  # its pins and the sources' commit are in the same call
     # site.yml: the controller killed while containerd is wired and the transaction runs on
     (
         "Keep what existed, mark a containerd restart pending, write the nvidia runtime drop-in "
@@ -96,8 +95,7 @@ UNINSTALL_POINTS = [
     ("Remove the driver packages", "installed"),
 ]  # fmt: skip
 UPGRADE_POINTS = [
-    ("Pin the driver version, blacklist nouveau", "old"),
-    (DRIVER_TRANSACTION, "old"),
+    (DRIVER_TRANSACTION, "old"),  # its pin is written in the same call, before the transaction
 ]
 LAYERS = {"driver": "driver,toolkit,runtime", "toolkit": "toolkit,runtime", "runtime": "runtime"}
 DRIVER_HELD = {"nvidia-kernel-dkms", "nvidia-smi", "libcuda1", "nvidia-persistenced"}

@@ -192,7 +192,7 @@ _DETAIL_KEYS = (
     "mig",  # the nvidia_mig module's document: its check mode says what would change
     "files",  # gpustack_apt_source: every file the source's change writes or removes
     "would_restart",  # gpustack_restart in check mode (uninstall's restarts)
-    "changes",  # gpustack_state_files: each file or directory it writes, as {path, action}
+    "changes",  # gpustack_state_files, gpustack_apt_install: each file it writes, {path, action}
     "holds",  # gpustack_apt_install: the holds its call sets, as {item, before, after}
     "recorded",  # gpustack_apt_install: it writes the record of the packages installed before
 )

@@ -103,7 +103,9 @@ def summarize(changes: list[TaskChange]) -> HostPlan:
             if details.get("recorded"):
                 _add(plan.other, "would record the packages installed before gpustack's first "
                      "driver install (uninstall restores that set)")  # fmt: skip
-            if not (found or details.get("holds") or details.get("recorded")):
+            files = [item.get("path", "?") for item in details.get("changes") or []]
+            _add_files(plan, files, label, change.diff)  # its pins, written in the call
+            if not (found or details.get("holds") or details.get("recorded") or files):
                 _add(plan.other, label)  # e.g. a package list refresh, or dnf
         elif action in ("dpkg_selections", "gpustack_dpkg_selections"):  # one package, or many
             for item in details.get("items") or [details]:

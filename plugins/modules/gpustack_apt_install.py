@@ -30,13 +30,18 @@ description:
   - "A failed transaction fails the module with apt-get's error, as the apt module words it
     (C('CMD' failed - STDERR), with a colon)."
   - What must surround the transaction can go in the same call, in this order (each optional).
-    The record of the packages installed before (O(record), written once); a runtime mask on
-    units whose package scripts must not start them (O(mask_runtime), lifted after the
-    transaction whether it failed or not, and wherever a killed earlier run left one); then, after
+    Before it, in the call itself (also where the transaction then runs in the background), the
+    package sources' changes committed (O(commit_components), O(commit_sources); the version was
+    found there, as C(state=commit) of gpustack_apt_components and gpustack_apt_source) and
+    gpustack's own files written (O(files), as gpustack_state_files; the driver's apt pins and
+    nouveau blacklist). Then the record of the packages installed before (O(record), written
+    once); a runtime mask on units whose package scripts must not start them (O(mask_runtime),
+    lifted after the transaction whether it failed or not, and wherever a killed earlier run left
+    one); then, after
     a transaction that succeeded or was not needed, units enabled (O(enable)), packages held
     (O(hold), O(hold_present)) and reads of the host (O(reads), as C(gpustack_reads)). The driver
     role's mask, transaction, unmask and enable, and hold were four tasks, four round trips
-    (docs/performance.md).
+    (docs/performance.md); the commits and the pins' write three more.
   - With O(background) (not in check mode) a call whose transaction is needed starts it in a
     process of its own on the host and returns at once with RV(job); a later call with O(join)
     waits for it there and returns what the call would have returned. Meanwhile the play goes on
@@ -72,6 +77,28 @@ options:
         (a temporary copy with these files in it, C(Dir::Etc::PreferencesParts)), so that a
         version change that the pin on disk still refuses simulates as it will install. Outside
         check mode the caller has written them; not used.
+  commit_components:
+    type: path
+    description: The record of gpustack_apt_components (C(state_file)) whose uncommitted change
+      is committed before anything else in the call (not in check mode).
+  commit_sources:
+    type: list
+    elements: str
+    default: []
+    description: gpustack_apt_source repository names whose uncommitted change is committed
+      there too (not in check mode).
+  sources_root:
+    type: path
+    default: /
+    description: The root O(commit_sources) are found under, as gpustack_apt_source's C(root)
+      (tests).
+  files:
+    type: list
+    elements: dict
+    default: []
+    description: Items as gpustack_state_files takes them, written in order after the commits
+      and before the record (check mode and diff as there; RV(changes), RV(markers)). A failure
+      fails the call before anything else happens.
   preferences_dir:
     type: path
     default: /etc/apt/preferences.d
@@ -155,6 +182,16 @@ reads:
 job:
   description: A started background transaction (for O(join)); empty where none started.
   type: str
+committed:
+  description: The source changes O(commit_components) and O(commit_sources) ended (C(archive
+    components), the repository names).
+  type: list
+changes:
+  description: What O(files) changed (would change in check mode), as gpustack_state_files.
+  type: list
+markers:
+  description: The marker items of O(files) that exist after the call, as gpustack_state_files.
+  type: list
 """
 
 import json
@@ -164,11 +201,19 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_apt_commit import (
+    commit_components,
+    commit_source,
+)
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_dpkg import (
     SelectionError,
     selection_changes,
     selections_diff,
     set_selections,
+)
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_files import (
+    FilesError,
+    write_items,
 )
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import (
     apt_option_args,
@@ -454,6 +499,26 @@ def join(job, timeout):
     return result
 
 
+def prepare(module, params):
+    """Before the transaction, in the call's own process: the sources' changes committed, then
+    gpustack's files written. (result keys, diffs); fails the module on an error."""
+    committed = []
+    changes = []
+    try:
+        if not module.check_mode:
+            if params["commit_components"] and commit_components(params["commit_components"]):
+                committed.append("archive components")
+            committed += [name for name in params["commit_sources"]
+                          if commit_source(name, params["sources_root"])]  # fmt: skip
+        changes, diffs, markers = write_items(module, params["files"], changes)
+    except FilesError as exc:
+        module.fail_json(msg="gpustack could not write its state files: %s" % exc.msg,
+                         changes=changes, committed=committed)  # fmt: skip
+    except (IOError, OSError, ValueError) as exc:
+        module.fail_json(msg="gpustack could not commit the package sources' change: %s" % exc)
+    return dict(committed=committed, changes=changes, markers=markers), diffs
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -464,6 +529,10 @@ def main():
             pins=dict(type="list", elements="dict", default=[]),
             preferences_dir=dict(type="path", default="/etc/apt/preferences.d"),
             extended_states=dict(type="path", default="/var/lib/apt/extended_states"),
+            commit_components=dict(type="path"),
+            commit_sources=dict(type="list", elements="str", default=[]),
+            sources_root=dict(type="path", default="/"),
+            files=dict(type="list", elements="dict", default=[]),
             record=dict(type="path"),
             mask_runtime=dict(type="list", elements="str", default=[]),
             enable=dict(type="list", elements="str", default=[]),
@@ -484,13 +553,19 @@ def main():
             module.fail_json(msg="reads.commands.%s must be a non-empty argv list" % name)
     if params["join"]:
         result = join(params["join"], params["join_timeout"])
-    elif params["background"] and not module.check_mode:
-        specs = [split(spec) for spec in params["packages"] if spec.strip()]
-        if needed_specs(specs)[1]:
-            module.exit_json(changed=True, job=start(params), started=True)
-        result = transaction(params, False)
     else:
-        result = transaction(params, module.check_mode)
+        before, diffs = prepare(module, params)
+        if params["background"] and not module.check_mode:
+            specs = [split(spec) for spec in params["packages"] if spec.strip()]
+            if needed_specs(specs)[1]:
+                module.exit_json(changed=True, job=start(params), started=True, **before,
+                                 **(dict(diff=diffs) if diffs else {}))  # fmt: skip
+            result = transaction(params, False)
+        else:
+            result = transaction(params, module.check_mode)
+        result.update(before, changed=result["changed"] or bool(before["changes"]))
+        if diffs:
+            result["diff"] = diffs + ([result["diff"]] if result.get("diff") else [])
     result.setdefault("job", "")
     if result.pop("failed", False):
         module.fail_json(**result)

@@ -45,6 +45,7 @@ FAKE_DPKG_LOGGED = FAKE_DPKG.replace(
 
 def call(tmp_path, check=False, **args) -> dict:
     extra_env = args.pop("_env", {})
+    extra_fakes = args.pop("_fakes", {})
     params = {"packages": PACKAGES, "record": str(tmp_path / "state/packages-before"),
               "mask_runtime": [UNIT], "enable": [UNIT],
               "hold": ["gpustack-fixture-driver", "gpustack-fixture-persistenced"],
@@ -53,7 +54,8 @@ def call(tmp_path, check=False, **args) -> dict:
               "_ansible_check_mode": check, **args}  # fmt: skip
     env = {"FAKE_LOG": str(tmp_path / "calls"), "FAKE_DPKG_STATE": str(tmp_path / "selections"),
            **extra_env}  # fmt: skip
-    fakes = {"apt-get": FAKE_APT_GET, "systemctl": FAKE_SYSTEMCTL, "dpkg": FAKE_DPKG_LOGGED}
+    fakes = {"apt-get": FAKE_APT_GET, "systemctl": FAKE_SYSTEMCTL, "dpkg": FAKE_DPKG_LOGGED,
+             **extra_fakes}  # fmt: skip
     return run_module(MODULE, params, tmp_path / "work", fakes, env)
 
 
@@ -185,3 +187,89 @@ def test_a_record_that_cannot_be_written_fails_before_anything_is_masked_or_inst
     assert result["failed"] is True
     assert "could not write" in result["msg"] and "nothing was installed" in result["msg"]
     assert calls(tmp_path) == []
+
+
+# TEST DOUBLE: apt-get that logs what the pin file holds when it runs (the pin must be there).
+FAKE_APT_GET_READS_PIN = FAKE_APT_GET.replace(
+    'echo "apt-get $*" >> "$FAKE_LOG"\n',
+    'echo "apt-get $*" >> "$FAKE_LOG"\necho "pin: $(cat "$FAKE_PIN" 2>/dev/null)" >> "$FAKE_LOG"\n',
+)
+
+
+def source_changes(tmp_path) -> tuple[Path, Path, Path]:
+    """An uncommitted change of the archive components and of a repository source, as
+    gpustack_apt_components and gpustack_apt_source leave them before their commit."""
+    state = tmp_path / "root/var/lib/gpustack"
+    (state / "apt-txn").mkdir(parents=True)
+    components = state / "apt-components.json"
+    components.write_text(json.dumps({"entries": [{"uris": ["u"], "suites": ["s"],
+                                                   "added": ["non-free"]}],
+                                      "uncommitted": [{"uris": ["u"], "suites": ["s"],
+                                                       "added": ["non-free"]}]}))  # fmt: skip
+    pending = state / "apt-txn/archive-components.pending"
+    pending.write_text("archive components changed\n")
+    source = state / "apt-txn/nvidia-cuda.json"
+    source.write_text(json.dumps({"files": {}, "dirs": []}))
+    return components, pending, source
+
+
+def test_the_sources_are_committed_and_the_pins_written_before_the_transaction(tmp_path):
+    selections_file(tmp_path)
+    components, pending, source = source_changes(tmp_path)
+    pin = tmp_path / "pins/gpustack-driver"
+    pin.parent.mkdir()
+    items = [{"dest": str(pin), "content": "Package: gpustack-fixture-driver\n"}]
+    result = call(tmp_path, files=items, commit_components=str(components),
+                  commit_sources=["nvidia-cuda", "not-changed"], sources_root=str(tmp_path / "root"),
+                  _ansible_diff=True,
+                  _fakes={"apt-get": FAKE_APT_GET_READS_PIN}, _env={"FAKE_PIN": str(pin)})  # fmt: skip
+    assert not result.get("failed"), result
+    assert "pin: Package: gpustack-fixture-driver" in calls(tmp_path)
+    assert result["committed"] == ["archive components", "nvidia-cuda"]
+    assert "uncommitted" not in json.loads(components.read_text()) and not pending.exists()
+    assert json.loads(components.read_text())["entries"][0]["added"] == ["non-free"]
+    assert not source.exists()
+    assert result["changes"] == [{"path": str(pin), "action": "created"}]
+    # the file's diff and the holds' both (plan lists the pin as a file, the holds as holds)
+    assert [d.get("after_header") for d in result["diff"]] == [str(pin), None]
+
+
+def test_check_mode_commits_nothing_writes_no_file_and_reports_the_pins_change(tmp_path):
+    selections_file(tmp_path)
+    components, pending, source = source_changes(tmp_path)
+    pin = tmp_path / "pin"
+    result = call(tmp_path, check=True, files=[{"dest": str(pin), "content": "x\n"}],
+                  commit_components=str(components), commit_sources=["nvidia-cuda"],
+                  sources_root=str(tmp_path / "root"))  # fmt: skip
+    assert not result.get("failed"), result
+    assert result["changes"] == [{"path": str(pin), "action": "created"}] and not pin.exists()
+    assert result["committed"] == [] and pending.exists() and source.exists()
+    assert "uncommitted" in json.loads(components.read_text())
+
+
+def test_a_file_that_cannot_be_written_fails_the_call_before_anything_else(tmp_path):
+    selections_file(tmp_path)
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    items = [{"dest": str(tmp_path / "first"), "content": "1\n"},
+             {"dest": str(blocker / "pin"), "content": "2\n"}]  # fmt: skip
+    result = call(tmp_path, files=items, background=True)
+    assert result["failed"] is True
+    assert result["msg"].startswith("gpustack could not write its state files:")
+    # what the call wrote, and the item that failed (as gpustack_state_files reports it)
+    assert [c["path"] for c in result["changes"]] == [str(tmp_path / "first"), str(blocker / "pin")]
+    assert calls(tmp_path) == [] and not (tmp_path / "state/packages-before").exists()
+    assert not (tmp_path / "jobs").exists() or os.listdir(tmp_path / "jobs") == []
+
+
+def test_a_background_start_writes_the_files_first_and_reports_their_markers(tmp_path):
+    selections_file(tmp_path)
+    marker, blacklist = tmp_path / "marker", tmp_path / "blacklist"
+    items = [{"dest": str(marker), "content": "regenerate\n", "marks": str(blacklist)},
+             {"dest": str(blacklist), "content": "blacklist nouveau\n"}]  # fmt: skip
+    started = call(tmp_path, files=items, background=True)
+    assert started["started"] is True and started["job"], started
+    assert started["markers"] == [str(marker)] and blacklist.read_text() == "blacklist nouveau\n"
+    joined = call(tmp_path, join=started["job"], packages=[])
+    assert not joined.get("failed"), joined
+    assert "changes" not in joined  # the start reported them

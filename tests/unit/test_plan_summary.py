@@ -211,3 +211,31 @@ def test_the_transaction_call_plans_its_packages_holds_and_record_from_its_resul
                             {"holds": [{"item": "libcuda1", "before": "install", "after": "hold"}]})  # fmt: skip
     plan = summarize([only_holds])
     assert plan.holds == ["libcuda1: install -> hold"] and plan.other == []
+
+
+def test_the_transaction_call_plans_the_pins_it_writes_as_files_with_their_own_diff():
+    """The driver's pins and nouveau blacklist are written in its transaction call (O(files)):
+    plan lists each file with its part of the call's diff, next to the packages and holds."""
+    pin, blacklist = "/etc/apt/preferences.d/gpustack-nvidia-driver", "/etc/modprobe.d/b.conf"
+    tracker = RunTracker(["n1"])
+    tracker.handle({"event": "runner_on_ok", "event_data": {
+        "host": "n1", "task": "Install the driver packages", "role": "nvidia_driver",
+        "resolved_action": "gpustack.gpustack.gpustack_apt_install",
+        "res": {"changed": True, "stdout": SIMULATION,
+                "changes": [{"path": pin, "action": "created"},
+                            {"path": blacklist, "action": "updated"}],
+                "diff": [{"before_header": pin, "after_header": pin, "before": "", "after": "P\n"},
+                         {"before_header": blacklist, "after_header": blacklist, "before": "a\n",
+                          "after": "b\n"},
+                         {"before": "nvidia-smi install\n", "after": "nvidia-smi hold\n"}]}}})  # fmt: skip
+    plan = summarize(tracker.hosts["n1"].changes)
+    assert plan.install != []
+    assert [(f["path"], [d["after"] for d in f["diff"]]) for f in plan.files] == [
+        (pin, ["P\n"]),
+        (blacklist, ["b\n"]),
+    ]
+    only_pin = TaskChange("Install the driver packages", "nvidia_driver", [],
+                          "gpustack.gpustack.gpustack_apt_install",
+                          {"changes": [{"path": pin, "action": "updated"}]})  # fmt: skip
+    plan = summarize([only_pin])
+    assert [f["path"] for f in plan.files] == [pin] and plan.other == []
