@@ -314,12 +314,15 @@ def trial(lab: Lab, command: str, point: str, layer: str, delay: float, args) ->
     result.again_rc, doc = lab.json_run(*again, state=state)
     # gpustack's own bookkeeping (a converged stamp written for the first time after an upgrade,
     # which runs the driver role without stamps) is not a change of the host
-    result.again_changed = sum(
-        1
-        for h in (doc.get("hosts") or {}).values()
+    changed = [
+        f"{name}: {c.get('role', '')} : {c.get('task', '')}"
+        for name, h in (doc.get("hosts") or {}).items()
         for c in h.get("changes") or []
         if not str(c.get("task", "")).startswith("Record the converged stamp")
-    )
+    ]
+    result.again_changed = len(changed)
+    if changed:  # what the further run still changed, by name
+        result.node_problems.append("further run changed " + "; ".join(changed))
     if command == "uninstall":
         result.status_rc = -2  # uninstalled hosts drift by definition
     else:
