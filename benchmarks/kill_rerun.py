@@ -53,10 +53,10 @@ DRIVER_JOIN = (
 HOLD_TOOLKIT = "Hold the toolkit packages (one call, after the dpkg lock)"
 # (task name as ansible-runner reports it, the layer to reset before the trial)
 KILL_POINTS = [
-    ("Enable the archive components that carry the NVIDIA driver", "driver"),
+    # the archive components are written at the start of this call, then the lists refreshed
     (
-        "Refresh the package lists (at most hourly; at once when sources changed) and list the"
-        " versions the sources offer",
+        "Refresh the package lists (at most hourly; at once when sources changed; distro archive"
+        " components first) and list the versions the sources offer",
         "driver",
     ),
     (DRIVER_TRANSACTION, "driver"),  # its pins and the sources' commit are in the same call

@@ -121,6 +121,8 @@ def summarize(changes: list[TaskChange]) -> HostPlan:
         elif action == "gpustack_state_files":  # gpustack's own records, backups and markers
             paths = [item.get("path", "?") for item in details.get("changes") or []]
             _add_files(plan, paths, label, change.diff)
+        elif action == "gpustack_apt_lists" and details.get("files"):  # archive components
+            _add_files(plan, details["files"], label, change.diff)  # (the refresh: plan's debug)
         elif action == "gpustack_apt_source":  # source, credentials, keyring, key: one change
             headers = [d.get("after_header") for d in change.diff if d.get("after_header")]
             _add_files(plan, details.get("files") or headers or [label], label, change.diff)

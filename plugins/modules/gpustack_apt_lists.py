@@ -1,7 +1,8 @@
 #!/usr/bin/python
 # -*- coding: utf-8 -*-
-"""Refresh the package lists when they are stale, then list the versions the sources offer: one
-module call, with apt-get and apt-cache (no python3-apt)."""
+"""Refresh the package lists when they are stale (at once where the archive components it adds
+first changed the sources), then list the versions the sources offer: one module call, with
+apt-get and apt-cache (no python3-apt)."""
 
 from __future__ import absolute_import, division, print_function
 
@@ -21,7 +22,15 @@ description:
     (C(Acquire::Retries)).
   - Unlike C(ansible.builtin.apt), it does not open the package cache in Python (about 0.6 s of
     CPU before and again after a refresh on a Debian host, also when the lists are fresh).
-  - Check mode refreshes nothing and reports a stale refresh as a change; madison still runs.
+  - With O(components), first adds archive components to the host's existing sources as
+    C(gpustack_apt_components) does (record and pending mark before any file changes, backups,
+    diff); while that change is pending (this call's or an interrupted run's, until a caller
+    commits it) the lists are refreshed whatever their age. A refresh or madison that fails
+    after it reports C(sources_changed) and C(sources_pending) with its failure, for the
+    caller's rollback.
+  - Check mode refreshes nothing and reports a stale refresh as a change; madison still runs,
+    except where O(components) would change the sources, which the lists cannot know yet
+    (C(madison_skipped)).
 options:
   valid_seconds:
     type: int
@@ -45,6 +54,16 @@ options:
     elements: str
     default: []
     description: Extra C(-o) options for apt-get and apt-cache (tests - private directories).
+  components:
+    type: dict
+    description:
+      - Archive components to add first (C(gpustack_apt_components)' options, state present).
+    suboptions:
+      components: {type: list, elements: str, required: true, description: Components to add.}
+      suites: {type: list, elements: str, required: true, description: Suites whose sources change.}
+      state_file: {type: path, default: /var/lib/gpustack/apt-components.json, description: Record.}
+      backup: {type: bool, default: true, description: Back up changed files.}
+      sources_dir: {type: path, default: /etc/apt, description: APT configuration directory.}
   marks:
     type: list
     elements: str
@@ -63,12 +82,28 @@ cache_update_time: {description: The mark's mtime after the call (0 - none)., ty
 stdout: {description: apt-cache madison's output (empty without madison)., type: str}
 stdout_lines: {description: The same, as lines., type: list}
 apt_warnings: {description: "apt-get update's W: lines that are not errors.", type: list}
+sources_changed: {description: "O(components) changed a source file in this call.", type: bool}
+sources_pending:
+  description: "O(components)' change is not committed yet (this call's or an earlier run's)."
+  type: bool
+files: {description: The source files O(components) changed (or would)., type: list}
+entries: {description: What O(components) added where., type: list}
+backups: {description: Backup of each changed source file., type: dict}
+madison_skipped:
+  description: "Check mode, sources that would change: no refresh, no madison."
+  type: bool
 """
 
 import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_apt_components import (
+    ARGUMENT_SPEC as COMPONENTS_SPEC,
+)
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_apt_components import (
+    apply as apply_components,
+)
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import (
     APT_LISTS_MARKS,
     apt_option_args,
@@ -83,7 +118,7 @@ def mark_time(marks):
     return lists_mtime(marks) or 0
 
 
-def refresh(module, env):
+def refresh(module, env, sources):
     timeout = "DPkg::Lock::Timeout=%d" % module.params["lock_timeout"]
     args = ["apt-get", "update", "-q", "-o", timeout]
     rc, out, err = run(args + apt_option_args(module.params["apt_options"]), env=env)
@@ -93,11 +128,11 @@ def refresh(module, env):
     if errors:
         reasons = ["%s: %s" % (uri, reason) if uri else reason for uri, reason in errors]
         module.fail_json(msg="apt-get update failed: %s" % "; ".join(dict.fromkeys(reasons)),
-                         rc=rc, stdout=out, stderr=err)  # fmt: skip
+                         rc=rc, stdout=out, stderr=err, **sources)  # fmt: skip
     return warnings
 
 
-def madison(module, env):
+def madison(module, env, sources):
     names = module.params["madison"]
     if not names:
         return ""
@@ -106,11 +141,24 @@ def madison(module, env):
     if rc != 0:
         lines = [line[2:].strip() for line in err.splitlines() if line.startswith("E:")]
         reason = "; ".join(lines) or err.strip() or "exit %d" % rc
-        module.fail_json(msg="apt-cache madison failed: %s" % reason, rc=rc, stdout=out, stderr=err)
+        module.fail_json(msg="apt-cache madison failed: %s" % reason, rc=rc, stdout=out, stderr=err,
+                         **sources)  # fmt: skip
     return out
 
 
+def components_result(module):
+    """The archive components added first (O(components)), as the result's keys."""
+    options = module.params["components"]
+    if not options:
+        return {}
+    done = apply_components(module, dict(options, state="present"))
+    return dict(sources_changed=done["changed"], sources_pending=done["pending"],
+                files=done["files"], entries=done["entries"], backups=done["backups"],
+                diff=done["diff"])  # fmt: skip
+
+
 def main():
+    components_spec = dict((k, v) for k, v in COMPONENTS_SPEC.items() if k != "state")
     module = AnsibleModule(
         argument_spec=dict(
             refresh=dict(type="bool", default=True),
@@ -119,27 +167,37 @@ def main():
             lock_timeout=dict(type="int", default=300),
             apt_options=dict(type="list", elements="str", default=[]),
             marks=dict(type="list", elements="str", default=list(APT_LISTS_MARKS)),
+            components=dict(type="dict", options=components_spec),
         ),
         supports_check_mode=True,
     )
     env = dict(os.environ, LANG="C", LC_ALL="C", DEBIAN_FRONTEND="noninteractive")
+    sources = components_result(module)
     before = mark_time(module.params["marks"])
+    if module.check_mode and sources.get("sources_changed"):
+        module.exit_json(changed=True, refreshed=False, refresh=module.params["refresh"],
+                         cache_updated=False, cache_update_time=int(before), stdout="",
+                         stdout_lines=[], apt_warnings=[], madison_skipped=True,
+                         **sources)  # fmt: skip
     stale = module.params["refresh"] and (
-        before == 0 or time.time() - before > module.params["valid_seconds"]
+        before == 0
+        or time.time() - before > module.params["valid_seconds"]
+        or sources.get("sources_pending", False)
     )
     refreshed, updated, warnings = False, False, []
     if stale and module.check_mode:
         updated = True
     elif stale:
-        warnings = refresh(module, env)
+        warnings = refresh(module, env, sources)
         refreshed = True
     after = mark_time(module.params["marks"])
     updated = updated or (refreshed and after != before)
-    out = madison(module, env)
-    module.exit_json(changed=updated, refreshed=refreshed, refresh=module.params["refresh"],
+    out = madison(module, env, sources)
+    module.exit_json(changed=updated or sources.get("sources_changed", False),
+                     refreshed=refreshed, refresh=module.params["refresh"],
                      cache_updated=updated,
                      cache_update_time=int(after), stdout=out, stdout_lines=out.splitlines(),
-                     apt_warnings=warnings)  # fmt: skip
+                     apt_warnings=warnings, madison_skipped=False, **sources)  # fmt: skip
 
 
 if __name__ == "__main__":

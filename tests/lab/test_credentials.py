@@ -431,14 +431,42 @@ def test_kill_after_enabling_archive_components_does_not_poison_the_rerun(lab):
     assert ssh(lab["inventory"], N2, "apt-get update -qq").returncode == 0
     assert ssh(lab["inventory"], N2, "apt-cache madison nvidia-smi").stdout.strip() == ""
     args = ["install", inv, "--limit", N2, *DISTRO]
-    outcome = kill_at(
-        lab, args, on_ok("Enable the archive components that carry the NVIDIA driver"), {}
+    # The components are written at the start of the refresh call, then apt-get update runs: an
+    # apt hook that delays the update holds the call there, and the kill lands once the sources
+    # file has changed (the call's own update is killed with it, as a reboot would end it).
+    slow = "/etc/apt/apt.conf.d/99gpustack-test-slow-update"
+    assert (
+        ssh(
+            lab["inventory"], N2, f"echo 'APT::Update::Pre-Invoke {{ \"sleep 20\"; }};' > {slow}"
+        ).returncode
+        == 0
     )
+
+    def components_written(event) -> bool:
+        if not (event.get("event") == "runner_on_start"
+                and event["event_data"].get("task", "").startswith("Refresh the package lists (at most hourly; at once")):  # fmt: skip
+            return False
+        for _ in range(300):
+            if (
+                "non-free"
+                in ssh(lab["inventory"], N2, "cat /etc/apt/sources.list.d/debian.sources").stdout
+            ):
+                return True
+            time.sleep(0.05)
+        raise AssertionError("the refresh call never enabled the archive components")
+
+    outcome = kill_at(lab, args, components_written, {})
     assert outcome["killed"], outcome
+    ssh(
+        lab["inventory"],
+        N2,
+        f"rm -f {slow}; pkill -f 'apt-get update'; pkill -f AnsiballZ_gpustack_apt_lists; sleep 1",
+    )
     pending = ssh(
         lab["inventory"], N2, "ls /var/lib/gpustack/apt-txn/; apt-cache madison nvidia-smi"
     )
     assert "archive-components.pending" in pending.stdout, pending.stdout
+    assert "nvidia-smi |" not in pending.stdout, pending.stdout  # the lists do not know non-free
     assert (
         "non-free" in ssh(lab["inventory"], N2, "cat /etc/apt/sources.list.d/debian.sources").stdout
     )

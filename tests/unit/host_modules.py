@@ -23,6 +23,7 @@ ORDER = (
     "gpustack_dpkg",
     "gpustack_files",
     "gpustack_apt_commit",
+    "gpustack_apt_components",
     "gpustack_keyfetch",
     "gpustack_stamps",
     "gpustack_containerd",

@@ -1,10 +1,12 @@
-"""Structured edits of APT sources by the gpustack_apt_components module."""
+"""Structured edits of APT sources by the gpustack_apt_components module (its work in
+module_utils/gpustack_apt_components, which gpustack_apt_lists runs too)."""
 
 import json
 
-from tests.unit.host_modules import load
+from tests.unit.host_modules import load, utils
 
-m = load("plugins/modules/gpustack_apt_components.py", "gpustack_apt_components")
+load("plugins/modules/gpustack_apt_components.py", "gpustack_apt_components")
+m = utils("gpustack_apt_components")
 SUITES = ["bookworm", "bookworm-updates", "bookworm-security"]
 NONFREE = ["contrib", "non-free", "non-free-firmware"]
 

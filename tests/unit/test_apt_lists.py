@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.fixtures import lab_fixtures
+from tests.unit import host_modules
 from tests.unit.host_modules import run_module
 
 MODULE = ROOT / "plugins/modules/gpustack_apt_lists.py"
@@ -134,3 +135,79 @@ def test_a_source_that_cannot_be_fetched_fails_although_apt_get_exits_0(apt_env,
     assert "http://127.0.0.1:9/mirror" in result["msg"], result["msg"]
     assert "Could not connect" in result["msg"] or "refused" in result["msg"], result["msg"]
     assert result["rc"] == 0  # apt-get's own exit code: it let the failure pass
+
+
+# The driver role's distro source: the archive components added in this call, before the refresh
+# (gpustack_apt_components' work, module_utils/gpustack_apt_components). The Debian sources file
+# here is in a private /etc/apt that apt-get (reading apt_env's sources) does not see: these tests
+# prove the order, the forced refresh and the results, not that apt fetches the added components
+# (the lab tests do, on Debian's archive).
+DEBIAN = "Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\n"
+NONFREE = ["contrib", "non-free", "non-free-firmware"]
+
+
+def components(tmp_path) -> dict:
+    etc = tmp_path / "etc-apt"
+    (etc / "sources.list.d").mkdir(parents=True, exist_ok=True)
+    if not (etc / "sources.list.d/debian.sources").exists():
+        (etc / "sources.list.d/debian.sources").write_text(DEBIAN)
+    return {"components": NONFREE, "suites": ["bookworm"], "sources_dir": str(etc),
+            "state_file": str(tmp_path / "state/apt-components.json")}  # fmt: skip
+
+
+def debian_sources(tmp_path) -> str:
+    return (tmp_path / "etc-apt/sources.list.d/debian.sources").read_text()
+
+
+def test_components_added_first_refresh_fresh_lists_at_once(apt_env, tmp_path):
+    age(apt_env, 60)  # fresh: only the components' change makes this call refresh
+    result = run(apt_env, tmp_path, components=components(tmp_path), valid_seconds=3600)
+    assert not result.get("failed"), result
+    assert result["sources_changed"] is True and result["sources_pending"] is True
+    assert result["refreshed"] is True and result["changed"] is True
+    assert "Components: main contrib non-free non-free-firmware" in debian_sources(tmp_path)
+    path = str(tmp_path / "etc-apt/sources.list.d/debian.sources")
+    assert result["files"] == [path] and result["diff"][0]["after_header"] == path
+    assert (tmp_path / "state/apt-txn/archive-components.pending").exists()
+    assert '"non-free"' in (tmp_path / "state/apt-components.json").read_text()
+    assert set(versions(result)) == set(lab_fixtures.VERSIONS)
+
+
+def test_a_pending_change_refreshes_again_until_committed(apt_env, tmp_path):
+    """A run killed after the components' write (or after the refresh, before the transaction
+    call's commit): the next call finds the sources as wanted, the change still pending, and
+    refreshes whatever the lists' age; after the commit, fresh lists are kept."""
+    run(apt_env, tmp_path, components=components(tmp_path))
+    age(apt_env, 60)
+    again = run(apt_env, tmp_path, components=components(tmp_path))
+    assert again["sources_changed"] is False and again["sources_pending"] is True
+    assert again["refreshed"] is True, again
+    commit = host_modules.utils("gpustack_apt_commit")
+    commit.commit_components(str(tmp_path / "state/apt-components.json"))
+    age(apt_env, 60)
+    after = run(apt_env, tmp_path, components=components(tmp_path))
+    assert (after["sources_pending"], after["refreshed"], after["changed"]) == (False, False, False)
+
+
+def test_check_mode_with_components_to_add_writes_nothing_and_skips_madison(apt_env, tmp_path):
+    age(apt_env, 7200)
+    result = run(apt_env, tmp_path, components=components(tmp_path), _ansible_check_mode=True)
+    assert result["changed"] is True and result["madison_skipped"] is True, result
+    assert result["refreshed"] is False and result["stdout"] == "" and not fetched(apt_env)
+    assert result["files"] and debian_sources(tmp_path) == DEBIAN
+    assert not (tmp_path / "state").exists()
+
+
+def test_a_refresh_that_fails_after_the_change_reports_it_for_the_rollback(apt_env, tmp_path):
+    (apt_env["parts"] / "broken.list").write_text("deb http://deb.debian.org/debian\n")
+    result = run(apt_env, tmp_path, components=components(tmp_path))
+    assert result["failed"] is True and result["msg"].startswith("apt-get update failed: ")
+    assert result["sources_changed"] is True and result["sources_pending"] is True, result
+
+
+def test_no_source_for_the_suites_fails_with_a_hint_and_changes_nothing(apt_env, tmp_path):
+    options = dict(components(tmp_path), suites=["trixie"])
+    result = run(apt_env, tmp_path, components=options)
+    assert result["failed"] is True and "no APT source for suites trixie" in result["msg"]
+    assert "Hint: configure the distribution's archive" in result["msg"]
+    assert debian_sources(tmp_path) == DEBIAN and not (tmp_path / "state").exists()

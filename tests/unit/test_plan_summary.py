@@ -160,6 +160,25 @@ def test_an_apt_source_change_lists_every_file_it_writes():
     assert "password" not in json.dumps(plan.to_dict())
 
 
+def test_the_archive_components_of_the_refresh_call_are_planned_as_the_file_they_change():
+    """The driver role's refresh call enables the distro driver's archive components first
+    (gpustack_apt_lists' components); in check mode it names the sources file and its diff. A
+    refresh alone (no file) stays a line of its own."""
+    debian = "/etc/apt/sources.list.d/debian.sources"
+    diff = [{"before_header": debian, "after_header": debian, "before": "Components: main\n",
+             "after": "Components: main contrib non-free non-free-firmware\n"}]  # fmt: skip
+    tracker = RunTracker(["n1"])
+    for task, res in (("Refresh the package lists (distro)", {"changed": True, "files": [debian],
+                       "diff": diff, "madison_skipped": True}),
+                      ("Refresh the package lists (stale)", {"changed": True, "files": []})):  # fmt: skip
+        tracker.handle({"event": "runner_on_ok", "event_data": {
+            "host": "n1", "task": task, "role": "nvidia_driver",
+            "resolved_action": "gpustack.gpustack.gpustack_apt_lists", "res": res}})  # fmt: skip
+    plan = summarize(tracker.hosts["n1"].changes)
+    assert [(f["path"], f["diff"]) for f in plan.files] == [(debian, diff)]
+    assert plan.other == ["nvidia_driver : Refresh the package lists (stale)"]
+
+
 def test_uninstall_s_loops_and_restarts_are_planned_per_file_and_service():
     """uninstall --check: a file task looping over paths lists each path (it listed the task's
     name), and gpustack_restart's check-mode answer is a planned restart (its would_restart was
