@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,24 @@ def run_cli(*args: str, env: dict | None = None, timeout: int = 600) -> subproce
     return subprocess.run(
         [*GPUSTACK, *args], capture_output=True, text=True, env=merged, timeout=timeout, cwd=ROOT
     )
+
+
+@contextlib.contextmanager
+def lab_nodes(
+    name: str, nodes: int, inventory: Path, os_names: str = "debian12", keep: bool = False
+) -> Iterator[Path]:
+    """`gpustack lab up` of `nodes` nodes (`os_names` as --os takes it) writing `inventory`, and
+    `gpustack lab down` when the block ends, also where the lab did not come up or the setup
+    after it failed (a lab file's module-scoped fixture: `with lab_nodes(...): ...; yield`);
+    `keep` leaves the nodes up to look at them."""
+    try:
+        proc = run_cli("lab", "up", "--name", name, "--nodes", str(nodes), "--os", os_names,
+                       "--inventory", str(inventory), timeout=1800)  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        yield inventory
+    finally:
+        if not keep:
+            run_cli("lab", "down", "--name", name)
 
 
 @pytest.fixture(scope="session")

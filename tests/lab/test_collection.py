@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, lab_nodes, run_cli
 from tests.fixtures import lab_fixtures
 
 pytestmark = pytest.mark.lab
@@ -37,14 +37,9 @@ BIN = Path(sys.executable).parent
 def lab(tmp_path_factory):
     work = tmp_path_factory.mktemp("collection")
     inventory = work / "lab.ini"
-    try:
-        proc = run_cli("lab", "up", "--name", LAB, "--nodes", "1", "--os", "debian12",
-                       "--inventory", str(inventory), timeout=1800)  # fmt: skip
-        assert proc.returncode == 0, proc.stdout + proc.stderr
+    with lab_nodes(LAB, 1, inventory):
         varsfile = lab_fixtures.prepare([f"gpustack-{NODE}"], work / "fixture.json")
         yield work, inventory, varsfile
-    finally:
-        run_cli("lab", "down", "--name", LAB)
 
 
 @pytest.fixture(scope="module")

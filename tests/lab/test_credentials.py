@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import GPUSTACK, ROOT, run_cli
+from tests.conftest import GPUSTACK, ROOT, lab_nodes, run_cli
 from tests.fixtures import lab_fixtures
 from tests.lab.test_lab import ssh
 
@@ -66,39 +66,38 @@ def lab(tmp_path_factory):
     work = tmp_path_factory.mktemp("i17")
     inventory = work / "lab.ini"
     start = time.monotonic()
-    proc = run_cli("lab", "up", "--name", LAB, "--nodes", "2", "--os", "debian12",
-                   "--inventory", str(inventory), timeout=1800)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    containers = [f"gpustack-{n}" for n in (N1, N2)]
-    fixture_vars = json.loads(lab_fixtures.prepare(containers, work / "fixture.json").read_text())
-    driver = lab_fixtures.publish_driver_mirror(containers)
-    for container in containers:
-        lab_fixtures.serve_with_auth(container, PORT, USER, PASSWORD)
-    TIMINGS["lab up + fixtures"] = round(time.monotonic() - start, 1)
-    password_file = work / "driver-password"
-    password_file.write_text(PASSWORD + "\n")
-    password_file.chmod(0o600)
-    variables = {
-        **fixture_vars,
-        "nvidia_driver_source": "mirror",
-        "nvidia_driver_mirror_url": DRIVER_BASE,
-        "nvidia_driver_mirror_key_url": f"{DRIVER_BASE}/gpgkey",
-        "nvidia_driver_mirror_key_fingerprint": driver["fingerprint"],
-        "nvidia_driver_mirror_username": USER,
-        "nvidia_driver_mirror_password_file": str(password_file),
-        "nvidia_driver_persistenced": False,  # the stand-in mirror has no nvidia-persistenced
-        "nvidia_container_toolkit_mirror_url": f"{TOOLKIT_BASE}/stable/deb",
-        "nvidia_container_toolkit_mirror_key_url": f"{TOOLKIT_BASE}/gpgkey",
-        "nvidia_container_toolkit_mirror_username": USER,
-    }
-    varsfile = work / "vars.json"
-    varsfile.write_text(json.dumps(variables))
-    yield {"inventory": inventory, "vars": varsfile, "work": work, "variables": variables,
-           "password_file": password_file, "driver": driver}  # fmt: skip
-    print("\ni17 lab timings (s):", json.dumps(TIMINGS, indent=2))
-    print("i17 outcomes:", json.dumps(RECORD, indent=2))
-    if not os.environ.get("GPUSTACK_I17_KEEP"):  # keep the nodes to look at them (then: lab down)
-        run_cli("lab", "down", "--name", LAB)
+    # GPUSTACK_I17_KEEP: keep the nodes to look at them (then: lab down)
+    with lab_nodes(LAB, 2, inventory, keep=bool(os.environ.get("GPUSTACK_I17_KEEP"))):
+        containers = [f"gpustack-{n}" for n in (N1, N2)]
+        fixture_vars = json.loads(
+            lab_fixtures.prepare(containers, work / "fixture.json").read_text()
+        )
+        driver = lab_fixtures.publish_driver_mirror(containers)
+        for container in containers:
+            lab_fixtures.serve_with_auth(container, PORT, USER, PASSWORD)
+        TIMINGS["lab up + fixtures"] = round(time.monotonic() - start, 1)
+        password_file = work / "driver-password"
+        password_file.write_text(PASSWORD + "\n")
+        password_file.chmod(0o600)
+        variables = {
+            **fixture_vars,
+            "nvidia_driver_source": "mirror",
+            "nvidia_driver_mirror_url": DRIVER_BASE,
+            "nvidia_driver_mirror_key_url": f"{DRIVER_BASE}/gpgkey",
+            "nvidia_driver_mirror_key_fingerprint": driver["fingerprint"],
+            "nvidia_driver_mirror_username": USER,
+            "nvidia_driver_mirror_password_file": str(password_file),
+            "nvidia_driver_persistenced": False,  # the stand-in mirror has no nvidia-persistenced
+            "nvidia_container_toolkit_mirror_url": f"{TOOLKIT_BASE}/stable/deb",
+            "nvidia_container_toolkit_mirror_key_url": f"{TOOLKIT_BASE}/gpgkey",
+            "nvidia_container_toolkit_mirror_username": USER,
+        }
+        varsfile = work / "vars.json"
+        varsfile.write_text(json.dumps(variables))
+        yield {"inventory": inventory, "vars": varsfile, "work": work, "variables": variables,
+               "password_file": password_file, "driver": driver}  # fmt: skip
+        print("\ni17 lab timings (s):", json.dumps(TIMINGS, indent=2))
+        print("i17 outcomes:", json.dumps(RECORD, indent=2))
 
 
 def gpustack(lab, name: str, *args: str, env: dict | None = None, state: Path | None = None):

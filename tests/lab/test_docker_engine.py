@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import lab_nodes, run_cli
 from tests.fixtures import lab_fixtures
 from tests.lab.test_lab import ssh
 
@@ -34,10 +34,7 @@ INFO = "docker info --format '{{json .Runtimes}}|{{.DefaultRuntime}}'"
 def lab(tmp_path_factory):
     work = tmp_path_factory.mktemp("docker-engine")
     inventory = work / "docker.ini"
-    proc = run_cli("lab", "up", "--name", LAB, "--nodes", "1", "--os", "debian12",
-                   "--inventory", str(inventory), timeout=1800)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    try:
+    with lab_nodes(LAB, 1, inventory):
         setup = ssh(inventory, NODE, "apt-get update -qq && DEBIAN_FRONTEND=noninteractive "
                     "apt-get install -y -qq --no-install-recommends docker.io >/dev/null")  # fmt: skip
         assert setup.returncode == 0, setup.stdout + setup.stderr
@@ -46,8 +43,6 @@ def lab(tmp_path_factory):
         image = ssh(inventory, NODE, f"docker load -i {lab_fixtures.IMAGE_IN_NODE}")
         assert image.returncode == 0, image.stderr
         yield inventory, varsfile
-    finally:
-        run_cli("lab", "down", "--name", LAB)
 
 
 # The test's own restarts stand for a user's: with the lab's restart on docker.io's install they

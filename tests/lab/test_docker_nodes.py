@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import lab_nodes, run_cli
 from tests.lab.test_lab import ssh
 
 pytestmark = pytest.mark.lab
@@ -46,26 +46,23 @@ def set_cri_dockerd(inventory, version: str) -> None:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     inventory = tmp_path_factory.mktemp("docker") / "docker.ini"
-    proc = run_cli("lab", "up", "--name", LAB, "--nodes", "1", "--os", "debian12",
-                   "--inventory", str(inventory), timeout=1800)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    setup = " && ".join(
-        [
-            # Docker's containerd is real (Debian's); kubelet, cri-dockerd and dockerd are fixtures
-            "apt-get update -qq",
-            "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd >/dev/null",
-            _script("/usr/local/bin/kubelet", "Kubernetes v1.33.1"),
-            _script("/usr/local/bin/dockerd", "Docker version 27.3.1, build fixture"),
-            _script("/usr/local/bin/cri-dockerd", "cri-dockerd 0.3.16 (fixture)"),
-            "mkdir -p /var/lib/kubelet",
-            "echo 'KUBELET_KUBEADM_ARGS=\"--container-runtime-endpoint=unix:///var/run/cri-dockerd.sock "
-            "--pod-infra-container-image=registry.k8s.io/pause:3.10\"' > /var/lib/kubelet/kubeadm-flags.env",
-        ]
-    )
-    proc = ssh(inventory, NODE, setup)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    yield inventory
-    run_cli("lab", "down", "--name", LAB)
+    with lab_nodes(LAB, 1, inventory):
+        setup = " && ".join(
+            [
+                # Docker's containerd is real (Debian's); kubelet, cri-dockerd and dockerd are fixtures
+                "apt-get update -qq",
+                "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq containerd >/dev/null",
+                _script("/usr/local/bin/kubelet", "Kubernetes v1.33.1"),
+                _script("/usr/local/bin/dockerd", "Docker version 27.3.1, build fixture"),
+                _script("/usr/local/bin/cri-dockerd", "cri-dockerd 0.3.16 (fixture)"),
+                "mkdir -p /var/lib/kubelet",
+                "echo 'KUBELET_KUBEADM_ARGS=\"--container-runtime-endpoint=unix:///var/run/cri-dockerd.sock "
+                "--pod-infra-container-image=registry.k8s.io/pause:3.10\"' > /var/lib/kubelet/kubeadm-flags.env",
+            ]
+        )
+        proc = ssh(inventory, NODE, setup)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        yield inventory
 
 
 def doctor(inventory, *extra: str) -> tuple[int, dict]:

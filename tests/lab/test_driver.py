@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, lab_nodes, run_cli
 from tests.lab.test_lab import PACKAGES_AND_SOURCES as SNAPSHOT
 from tests.lab.test_lab import ssh
 
@@ -29,11 +29,8 @@ RECORDED: dict[str, str] = {}  # state handed from the install test to the unins
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     inventory = tmp_path_factory.mktemp("drv") / "drv.ini"
-    proc = run_cli("lab", "up", "--name", LAB, "--nodes", "2", "--os", "debian12",
-                   "--inventory", str(inventory), timeout=1800)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    yield inventory
-    run_cli("lab", "down", "--name", LAB)
+    with lab_nodes(LAB, 2, inventory):
+        yield inventory
 
 
 def nodes():
@@ -343,16 +340,12 @@ def test_uninstall_restores_the_package_set(lab):
 def test_debian13_installs_the_550_branch(tmp_path):
     name = f"{LAB}t"
     inventory = tmp_path / "d13.ini"
-    try:
-        assert run_cli("lab", "up", "--name", name, "--nodes", "1", "--os", "debian13",
-                       "--inventory", str(inventory), timeout=1800).returncode == 0  # fmt: skip
+    with lab_nodes(name, 1, inventory, "debian13"):
         doc = install(inventory, "-e", "nvidia_driver_branch=550")  # DISTRO limits it to the driver
         assert doc["rc"] == 0, doc
         facts = driver(doc, f"{name}-node1")
         assert facts["installed_version"].startswith("550.")
         assert facts["held"] is True
-    finally:
-        run_cli("lab", "down", "--name", name)
 
 
 def test_a_host_without_systemd_gets_the_driver_and_no_systemd_marker(tmp_path):
@@ -369,9 +362,7 @@ def test_a_host_without_systemd_gets_the_driver_and_no_systemd_marker(tmp_path):
     host = f"{name}-node1"
     hide = "mv /run/systemd/system /run/systemd/system.gpustack-test"
     deny = "printf '#!/bin/sh\\nexit 101\\n' > /usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d"
-    try:
-        assert run_cli("lab", "up", "--name", name, "--nodes", "1", "--os", "debian12",
-                       "--inventory", str(inventory), timeout=1800).returncode == 0  # fmt: skip
+    with lab_nodes(name, 1, inventory):
         assert ssh(inventory, host, f"{deny} && {hide}").returncode == 0
         doc = install(inventory)
         assert doc["rc"] == 0, doc["hosts"][host].get("failures")
@@ -391,5 +382,3 @@ def test_a_host_without_systemd_gets_the_driver_and_no_systemd_marker(tmp_path):
         text = " ".join(proc.stdout.split())
         assert f"{host}: nvidia-persistenced not enabled or started" in text
         assert "1 ok, 0 failed, 0 unreachable, 0 changes" in text  # idempotent there too
-    finally:
-        run_cli("lab", "down", "--name", name)

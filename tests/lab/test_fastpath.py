@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.kill_rerun import DRIVER_TRANSACTION, HOLD_TOOLKIT
-from tests.conftest import run_cli
+from tests.conftest import lab_nodes, run_cli
 from tests.fixtures import lab_fixtures
 from tests.lab.test_lab import PACKAGES_AND_SOURCES, ssh
 
@@ -36,14 +36,11 @@ TIMINGS: dict[str, list[float]] = {}
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     inventory = tmp_path_factory.mktemp("fastpath") / "fastpath.ini"
-    proc = run_cli("lab", "up", "--name", LAB, "--nodes", "2", "--os", "debian12",
-                   "--inventory", str(inventory), timeout=1800)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    containers = [f"gpustack-{n}" for n in (N1, N2)]
-    varsfile = lab_fixtures.prepare(containers, inventory.with_suffix(".vars.json"))
-    yield inventory, varsfile
-    print("\nfast path lab timings (s):", json.dumps(TIMINGS, indent=2))
-    run_cli("lab", "down", "--name", LAB)
+    with lab_nodes(LAB, 2, inventory):
+        containers = [f"gpustack-{n}" for n in (N1, N2)]
+        varsfile = lab_fixtures.prepare(containers, inventory.with_suffix(".vars.json"))
+        yield inventory, varsfile
+        print("\nfast path lab timings (s):", json.dumps(TIMINGS, indent=2))
 
 
 def install(lab, *extra: str, command: str = "install") -> dict:

@@ -16,7 +16,7 @@ import tomllib
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import lab_nodes, run_cli
 from tests.fixtures import lab_fixtures
 from tests.lab.test_lab import ssh
 
@@ -47,18 +47,15 @@ def timed(name, *args, timeout=1800):
 def lab(tmp_path_factory):
     inventory = tmp_path_factory.mktemp("fleet") / "fleet.ini"
     start = time.monotonic()
-    proc = run_cli("lab", "up", "--name", LAB, "--nodes", "2", "--os", "debian12",
-                   "--inventory", str(inventory), timeout=1800)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    containers = [f"gpustack-{n}" for n in NODES]
-    varsfile = lab_fixtures.prepare(containers, inventory.with_suffix(".vars.json"))
-    TIMINGS["lab up + containerd + fixtures"] = round(time.monotonic() - start, 1)
-    for node in NODES:
-        BEFORE[node] = snapshot(inventory, node)
-    yield inventory, varsfile
-    inventory.with_suffix(".timings.json").write_text(json.dumps(TIMINGS, indent=2))
-    print("\nfleet lab timings (s):", json.dumps(TIMINGS, indent=2))
-    run_cli("lab", "down", "--name", LAB)
+    with lab_nodes(LAB, 2, inventory):
+        containers = [f"gpustack-{n}" for n in NODES]
+        varsfile = lab_fixtures.prepare(containers, inventory.with_suffix(".vars.json"))
+        TIMINGS["lab up + containerd + fixtures"] = round(time.monotonic() - start, 1)
+        for node in NODES:
+            BEFORE[node] = snapshot(inventory, node)
+        yield inventory, varsfile
+        inventory.with_suffix(".timings.json").write_text(json.dumps(TIMINGS, indent=2))
+        print("\nfleet lab timings (s):", json.dumps(TIMINGS, indent=2))
 
 
 def snapshot(inventory, node) -> dict:

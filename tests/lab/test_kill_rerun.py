@@ -18,7 +18,7 @@ import time
 import pytest
 
 from benchmarks import kill_rerun
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, lab_nodes, run_cli
 from tests.fixtures import lab_fixtures
 from tests.lab.test_lab import ssh
 
@@ -33,16 +33,13 @@ RUNTIME = ("--skip-tags", "nvidia_driver,nvidia_container_toolkit")  # the runti
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     inventory = tmp_path_factory.mktemp("kr") / "kr.ini"
-    proc = run_cli("lab", "up", "--name", LAB, "--nodes", "2", "--os", "debian12",
-                   "--inventory", str(inventory), timeout=1800)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    varsfile = lab_fixtures.prepare(
-        [f"gpustack-{n}" for n in NODES], inventory.with_suffix(".vars.json")
-    )
-    proc = run_cli("install", str(inventory), *SKIP, "-e", f"@{varsfile}", timeout=900)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    yield inventory, varsfile
-    run_cli("lab", "down", "--name", LAB)
+    with lab_nodes(LAB, 2, inventory):
+        varsfile = lab_fixtures.prepare(
+            [f"gpustack-{n}" for n in NODES], inventory.with_suffix(".vars.json")
+        )
+        proc = run_cli("install", str(inventory), *SKIP, "-e", f"@{varsfile}", timeout=900)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        yield inventory, varsfile
 
 
 def install(inventory, varsfile, *args, state=None, timeout=900, skip=RUNTIME):

@@ -20,7 +20,7 @@ import pytest
 
 from gpustack.ansible import runner
 from gpustack.ansible.inventory import load_inventory
-from tests.conftest import run_cli
+from tests.conftest import lab_nodes, run_cli
 from tests.fixtures import mig
 from tests.lab.test_lab import ssh
 
@@ -36,13 +36,10 @@ CLIENT = "nvidia-dcgm.service"
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     inventory = tmp_path_factory.mktemp("mig") / "mig.ini"
-    proc = run_cli("lab", "up", "--name", LAB, "--nodes", "1", "--os", "debian12",
-                   "--inventory", str(inventory), timeout=1800)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    mig.install(CONTAINER, GPUS, clients=(CLIENT,))
-    mig.add_client_unit(CONTAINER, CLIENT)
-    yield inventory
-    run_cli("lab", "down", "--name", LAB)
+    with lab_nodes(LAB, 1, inventory):
+        mig.install(CONTAINER, GPUS, clients=(CLIENT,))
+        mig.add_client_unit(CONTAINER, CLIENT)
+        yield inventory
 
 
 def play(inventory, check=False, **variables):

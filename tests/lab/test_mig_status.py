@@ -15,7 +15,7 @@ import pytest
 
 from gpustack.ansible import runner
 from gpustack.ansible.inventory import load_inventory
-from tests.conftest import run_cli
+from tests.conftest import lab_nodes, run_cli
 from tests.fixtures import mig
 from tests.lab.test_lab import ssh
 
@@ -30,14 +30,9 @@ LAYOUT = "nvidia_mig_config=all-1g.10gb"
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     inventory = tmp_path_factory.mktemp("migstatus") / "mig.ini"
-    proc = run_cli("lab", "up", "--name", LAB, "--nodes", "1", "--os", "debian12",
-                   "--inventory", str(inventory), timeout=1800)  # fmt: skip
-    try:
-        assert proc.returncode == 0, proc.stdout + proc.stderr
+    with lab_nodes(LAB, 1, inventory):
         mig.install(CONTAINER, ["H100-SXM5-80GB"])
         yield inventory
-    finally:
-        run_cli("lab", "down", "--name", LAB)
 
 
 def status(inventory, *extra):

@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import lab_nodes, run_cli
 from tests.fixtures import lab_fixtures
 from tests.lab.test_lab import ssh
 
@@ -30,12 +30,9 @@ BROKEN = "version = 2\n[plugins\n"  # containerd: "(2, 2): unexpected token"
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     inventory = tmp_path_factory.mktemp("overlap") / "overlap.ini"
-    proc = run_cli("lab", "up", "--name", LAB, "--nodes", "1", "--os", "debian12",
-                   "--inventory", str(inventory), timeout=1800)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    varsfile = lab_fixtures.prepare([f"gpustack-{NODE}"], inventory.with_suffix(".vars.json"))
-    yield inventory, varsfile
-    run_cli("lab", "down", "--name", LAB)
+    with lab_nodes(LAB, 1, inventory):
+        varsfile = lab_fixtures.prepare([f"gpustack-{NODE}"], inventory.with_suffix(".vars.json"))
+        yield inventory, varsfile
 
 
 def install(lab) -> tuple[int, dict]:

@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import lab_nodes, run_cli
 from tests.fixtures import lab_fixtures
 from tests.lab.test_lab import ssh
 
@@ -31,13 +31,10 @@ INSTALLS = "grep '^Commandline: .* install .*python3-apt' /var/log/apt/history.l
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     inventory = tmp_path_factory.mktemp("pyapt") / "pyapt.ini"
-    proc = run_cli("lab", "up", "--name", LAB, "--nodes", "1", "--os", "debian12",
-                   "--inventory", str(inventory), timeout=1800)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    varsfile = lab_fixtures.prepare([f"gpustack-{NODE}"], inventory.with_suffix(".vars.json"))
-    assert ssh(inventory, NODE, PURGE).returncode == 0
-    yield inventory, varsfile
-    run_cli("lab", "down", "--name", LAB)
+    with lab_nodes(LAB, 1, inventory):
+        varsfile = lab_fixtures.prepare([f"gpustack-{NODE}"], inventory.with_suffix(".vars.json"))
+        assert ssh(inventory, NODE, PURGE).returncode == 0
+        yield inventory, varsfile
 
 
 def section(stdout: str, name: str) -> list[str]:

@@ -16,7 +16,7 @@ import tomllib
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, lab_nodes, run_cli
 from tests.fixtures import k3s_templates, lab_fixtures
 from tests.lab.test_lab import ssh
 from tests.unit.test_driver_filters import load
@@ -102,16 +102,13 @@ WIRING_ONLY = ("--skip-tags", "nvidia_driver,nvidia_container_toolkit")
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     inventory = tmp_path_factory.mktemp("rt") / "rt.ini"
-    proc = run_cli("lab", "up", "--name", LAB, "--nodes", "3", "--os", "debian12,debian13,forky",
-                   "--inventory", str(inventory), timeout=1800)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    containers = [f"gpustack-{node}" for node in NODES]
-    varsfile = lab_fixtures.prepare(containers, inventory.with_suffix(".vars.json"))
-    proc = run_cli("install", str(inventory), "--tags", "nvidia_container_toolkit",
-                   "-e", f"@{varsfile}")  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    yield inventory, varsfile
-    run_cli("lab", "down", "--name", LAB)
+    with lab_nodes(LAB, 3, inventory, "debian12,debian13,forky"):
+        containers = [f"gpustack-{node}" for node in NODES]
+        varsfile = lab_fixtures.prepare(containers, inventory.with_suffix(".vars.json"))
+        proc = run_cli("install", str(inventory), "--tags", "nvidia_container_toolkit",
+                           "-e", f"@{varsfile}")  # fmt: skip
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        yield inventory, varsfile
 
 
 def start_from(inventory, node, text):

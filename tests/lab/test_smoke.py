@@ -17,7 +17,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, lab_nodes, run_cli
 from tests.fixtures import lab_fixtures
 from tests.lab.test_lab import ssh
 
@@ -95,16 +95,11 @@ def test_wheelhouse_round_trip_with_networking_denied(wheelhouse, tmp_path):
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory, wheelhouse):
     inventory = tmp_path_factory.mktemp("i14") / "i14.ini"
-    proc = run_cli("lab", "up", "--name", LAB, "--nodes", "1", "--os", "debian12",
-                   "--inventory", str(inventory), timeout=1800)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    try:
+    with lab_nodes(LAB, 1, inventory):
         podman("exec", CONTAINER, "rm", "-rf", WHEELHOUSE_IN_NODE)
         copied = podman("cp", str(wheelhouse), f"{CONTAINER}:{WHEELHOUSE_IN_NODE}")
         assert copied.returncode == 0, copied.stderr
         yield inventory
-    finally:
-        run_cli("lab", "down", "--name", LAB)
 
 
 def smoke_in_node(inventory, *args: str) -> tuple[int, dict, str]:

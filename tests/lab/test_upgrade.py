@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gpustack.upgrade.state import FileStateStore, UpgradeRun, state_path_for
-from tests.conftest import GPUSTACK, ROOT, run_cli
+from tests.conftest import GPUSTACK, ROOT, lab_nodes, run_cli
 from tests.lab.test_lab import ssh
 from tests.upgrade_doubles import in_progress_intervals
 
@@ -37,16 +37,11 @@ def lab(tmp_path_factory):
     root = tmp_path_factory.mktemp("upg")
     inventory = root / "upg.ini"
     env = {"GPUSTACK_STATE_DIR": str(root / "state")}
-    proc = run_cli("lab", "up", "--name", LAB, "--nodes", "3", "--os", "debian12",
-                   "--inventory", str(inventory), timeout=1800)  # fmt: skip
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    try:
+    with lab_nodes(LAB, 3, inventory):
         proc = run_cli("install", str(inventory), "--tags", "nvidia_driver", "-e",
                        f"nvidia_driver_version={OLD}", env=env, timeout=1200)  # fmt: skip
         assert proc.returncode == 0, proc.stdout + proc.stderr
         yield inventory, env
-    finally:
-        run_cli("lab", "down", "--name", LAB)
 
 
 def load_state(inventory: Path, env: dict) -> UpgradeRun:
