@@ -67,7 +67,8 @@ KILL_POINTS = [
         "driver",
     ),
     (DRIVER_JOIN, "driver"),
-    ("Regenerate the initramfs without nouveau", "driver"),  # its marker left: the rerun does it
+    # skipped where the transaction call regenerated it at its end (a kill point all the same)
+    ("Regenerate the initramfs without nouveau", "driver"),
     ("Write the repository source", "toolkit"),
     (DRIVER_TRANSACTION, "toolkit"),  # site.yml: the toolkit's packages go in with the driver's
     ("Install the toolkit packages at exactly that version", "toolkit"),  # driver skipped by tags

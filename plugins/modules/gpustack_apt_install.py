@@ -140,6 +140,17 @@ options:
     default: {}
     description: Reads after the transaction (in check mode too), as C(gpustack_reads) takes
       them (C(files), C(commands), C(must_succeed)); returned in RV(reads).
+  initramfs:
+    type: dict
+    description:
+      - After the reads (not in check mode), where O(initramfs.marker) exists - the nouveau
+        blacklist changed and no regeneration succeeded since - O(initramfs.argv) runs and the
+        marker is removed once it succeeded (RV(initramfs) C(regenerated)); a host without the
+        tool (argv's first word not an executable file) has nothing to regenerate (C(no tool),
+        marker removed). A failing tool fails the call with its output, the marker kept.
+    suboptions:
+      marker: {type: path, required: true, description: The pending regeneration's marker.}
+      argv: {type: list, elements: str, required: true, description: The tool, by absolute path.}
   background:
     type: bool
     default: false
@@ -179,6 +190,9 @@ holds:
 reads:
   description: O(reads) as C(gpustack_reads) returns them (C(files), C(commands)).
   type: dict
+initramfs:
+  description: "O(initramfs): C(regenerated), C(no tool), or empty (no marker, check mode)."
+  type: str
 job:
   description: A started background transaction (for O(join)); empty where none started.
   type: str
@@ -226,6 +240,10 @@ from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host im
 ENV = dict(DEBIAN_FRONTEND="noninteractive", DEBIAN_PRIORITY="critical", LANG="C", LC_ALL="C",
            LC_MESSAGES="C", LC_CTYPE="C", LANGUAGE="C")  # fmt: skip
 DPKG_OPTIONS = ["-o", "Dpkg::Options::=--force-confdef", "-o", "Dpkg::Options::=--force-confold"]
+INITRAMFS_OPTIONS = dict(
+    marker=dict(type="path", required=True),
+    argv=dict(type="list", elements="str", required=True),
+)
 # Where `systemctl mask --runtime` puts its link.
 RUNTIME_UNITS = "/run/systemd/system"
 
@@ -352,7 +370,7 @@ def transaction(params, check_mode):
     specs = [split(spec) for spec in params["packages"] if spec.strip()]
     names = [name for name, _ in specs]
     result = dict(changed=False, stdout="", stderr="", needed=[], manual=[], recorded=False,
-                  enabled={}, holds=[], reads={})  # fmt: skip
+                  enabled={}, holds=[], reads={}, initramfs="")  # fmt: skip
     try:
         have, needed = needed_specs(specs)
         result["needed"] = needed
@@ -384,7 +402,8 @@ def transaction(params, check_mode):
     except SelectionError as exc:
         result.update(failed=True, msg=exc.msg, rc=exc.rc, stderr=exc.stderr)
     result["changed"] = bool(result["changed"] or result["recorded"] or result["holds"]
-                             or "enabled" in result["enabled"].values())  # fmt: skip
+                             or "enabled" in result["enabled"].values()
+                             or result["initramfs"] == "regenerated")  # fmt: skip
     return result
 
 
@@ -413,6 +432,26 @@ def after(params, check_mode, result):
         failure = read_failure(commands, argvs, spec.get("must_succeed") or [])
         if failure:
             raise Failed(failure)
+    if params["initramfs"] and not check_mode:
+        result["initramfs"] = regenerate_initramfs(params["initramfs"])
+
+
+def regenerate_initramfs(spec):
+    """The initramfs regenerated where its marker says so (configure.yml's task, where this call
+    did not run): `regenerated`, `no tool`, or empty (no marker)."""
+    marker, argv = spec["marker"], spec["argv"]
+    if not os.path.exists(marker):
+        return ""
+    done = "no tool"
+    if os.path.isfile(argv[0]) and os.access(argv[0], os.X_OK):
+        rc, out, err = run(argv, env=dict(os.environ, **ENV))
+        if rc != 0:
+            said = " ".join(text.strip() for text in (out, err) if text.strip())
+            raise Failed("'%s' failed (the initramfs is regenerated again on the next run): %s"
+                         % (" ".join(argv), said or "exit %d" % rc), rc=rc)  # fmt: skip
+        done = "regenerated"
+    os.unlink(marker)
+    return done
 
 
 def write_json(path, data):
@@ -539,6 +578,7 @@ def main():
             hold=dict(type="list", elements="str", default=[]),
             hold_present=dict(type="list", elements="str", default=[]),
             reads=dict(type="dict", default={}),
+            initramfs=dict(type="dict", options=INITRAMFS_OPTIONS),
             background=dict(type="bool", default=False),
             job_dir=dict(type="path", default="/var/lib/gpustack/jobs"),
             join=dict(type="path"),

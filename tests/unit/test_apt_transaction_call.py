@@ -273,3 +273,64 @@ def test_a_background_start_writes_the_files_first_and_reports_their_markers(tmp
     joined = call(tmp_path, join=started["job"], packages=[])
     assert not joined.get("failed"), joined
     assert "changes" not in joined  # the start reported them
+
+
+# The initramfs regeneration the nouveau blacklist's marker asks for, at the end of the call
+# (configure.yml's round trip of its own where this call ran). The tool is a TEST DOUBLE that logs.
+FAKE_TOOL = '#!/bin/sh\necho "update-initramfs $*" >> "$FAKE_LOG"\nexit "${FAKE_TOOL_RC:-0}"\n'
+
+
+def initramfs(tmp_path, tool=True) -> dict:
+    marker = tmp_path / "state/initramfs-pending"
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text("regenerate the initramfs\n")
+    path = tmp_path / "sbin/update-initramfs"
+    if tool:
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(FAKE_TOOL)
+        path.chmod(0o755)
+    return {"marker": str(marker), "argv": [str(path), "-u"]}
+
+
+def test_a_pending_initramfs_is_regenerated_last_and_its_marker_removed(tmp_path):
+    selections_file(tmp_path)
+    spec = initramfs(tmp_path)
+    result = call(tmp_path, initramfs=spec)
+    assert not result.get("failed"), result
+    assert calls(tmp_path)[-2:] == ["dpkg --set-selections", "update-initramfs -u"]
+    assert result["initramfs"] == "regenerated" and not os.path.exists(spec["marker"])
+    again = call(tmp_path, initramfs=dict(spec), packages=[])  # no marker: nothing runs
+    assert again["initramfs"] == "" and calls(tmp_path).count("update-initramfs -u") == 1
+
+
+def test_a_host_without_the_tool_has_nothing_to_regenerate(tmp_path):
+    selections_file(tmp_path)
+    spec = initramfs(tmp_path, tool=False)
+    result = call(tmp_path, initramfs=spec)
+    assert result["initramfs"] == "no tool" and not os.path.exists(spec["marker"]), result
+
+
+def test_a_failing_tool_fails_the_call_and_keeps_the_marker(tmp_path):
+    selections_file(tmp_path)
+    spec = initramfs(tmp_path)
+    result = call(tmp_path, initramfs=spec, _env={"FAKE_TOOL_RC": "1"})
+    assert result["failed"] is True and "update-initramfs -u' failed" in result["msg"], result
+    assert os.path.exists(spec["marker"])
+    assert "Setting up gpustack-fixture-driver" in result["stdout"]  # the transaction's result
+
+
+def test_check_mode_and_a_failed_transaction_regenerate_nothing(tmp_path):
+    selections_file(tmp_path)
+    spec = initramfs(tmp_path)
+    assert call(tmp_path, check=True, initramfs=spec)["initramfs"] == ""
+    failed = call(tmp_path, initramfs=spec, _env={"FAKE_APT_RC": "100"})
+    assert failed["failed"] is True and os.path.exists(spec["marker"])
+    assert "update-initramfs -u" not in calls(tmp_path)
+
+
+def test_a_background_transaction_regenerates_the_initramfs_before_its_result(tmp_path):
+    selections_file(tmp_path)
+    spec = initramfs(tmp_path)
+    launch = call(tmp_path, background=True, initramfs=spec)
+    joined = run_module(MODULE, {"join": launch["job"]}, tmp_path / "join")
+    assert joined["initramfs"] == "regenerated" and not os.path.exists(spec["marker"]), joined
