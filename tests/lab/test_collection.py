@@ -90,9 +90,6 @@ def test_user_playbook_runs_the_roles_by_collection_name(lab, collection):
     # The roles ran as the collection's: Ansible names their tasks after the FQCN role.
     for role in ("gpu_preflight", "nvidia_container_toolkit", "container_runtime"):
         assert f"TASK [gpustack.gpustack.{role} : " in output, role
-    # Roles inside the collection include each other by short name (container_runtime's
-    # include_role of gpu_preflight's require.yml): it resolves to the collection's own role.
-    assert "TASK [gpustack.gpustack.gpu_preflight : Require preflight facts]" in output
     assert "TASK [The nvidia runtime is wired, and a container ran through it]" in output
     assert re.search(r"All assertions passed", output), output[-4000:]
 
@@ -100,6 +97,21 @@ def test_user_playbook_runs_the_roles_by_collection_name(lab, collection):
                                   str(playbook))  # fmt: skip
     assert rc == 0 and counts["failed"] == 0, output[-4000:]
     assert counts["changed"] == 0, [line for line in output.splitlines() if "changed:" in line]
+
+
+def test_a_role_without_the_preflight_facts_stops_through_the_collections_own_include(
+    lab, collection
+):
+    """Roles inside the collection include each other by short name (container_runtime's
+    include_role of gpu_preflight's require.yml, which runs only where the facts are missing):
+    it resolves to the collection's own role, whose assert stops the host before any change."""
+    work, inventory, _ = lab
+    playbook = work / "without-preflight.yml"
+    shutil.copy(ROOT / "tests/collection/without-preflight.yml", playbook)
+    rc, output, counts = user_run(work, collection, "-i", str(inventory), str(playbook))
+    assert rc != 0 and counts["failed"] == 1 and counts["changed"] == 0, output[-4000:]
+    assert "TASK [gpustack.gpustack.gpu_preflight : Require preflight facts]" in output
+    assert "gpustack_preflight facts are missing: run the gpu_preflight role first" in output
 
 
 def test_collection_playbook_runs_by_its_name(lab, collection):
