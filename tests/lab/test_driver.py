@@ -168,6 +168,10 @@ def test_install_pins_holds_and_is_idempotent(lab):
         assert ssh(lab, host, f"systemctl is-enabled {unit}").stdout.strip() == "enabled"
         starts = ssh(lab, host, f"journalctl --no-pager -q -o cat -u {unit}").stdout
         assert "Starting" not in starts, starts
+        # systemd itself no longer runs it as masked: the mask (set without systemd's reload on
+        # a first install) was lifted and systemd reloaded once, in the enable step
+        state = ssh(lab, host, f"systemctl show --property=LoadState --value {unit}").stdout
+        assert state.strip() == "loaded", state
     again = install(lab, "-e", f"nvidia_driver_version={OLD}")
     assert again["rc"] == 0
     assert {h: v["changed"] for h, v in again["hosts"].items()} == dict.fromkeys(nodes(), 0)

@@ -32,10 +32,13 @@ echo "Unpacking gpustack-fixture-driver (1.0-1) ..."
 echo "Setting up gpustack-fixture-driver (1.0-1) ..."
 """
 FAKE_SYSTEMCTL = r"""#!/bin/sh
-# TEST DOUBLE (gpustack unit tests): systemctl that logs; a unit is enabled once enable ran.
+# TEST DOUBLE (gpustack unit tests): systemctl that logs; a unit is enabled once enable ran
+# (or where FAKE_ENABLED is 1); `show` answers LoadState FAKE_LOADSTATE (not-found: a unit
+# systemd does not know, as before a first install; one line per unit).
 echo "systemctl $*" >> "$FAKE_LOG"
 case "$1" in
-is-enabled) grep -q "^systemctl enable" "$FAKE_LOG" ;;
+is-enabled) [ "${FAKE_ENABLED:-0}" = 1 ] || grep -q "^systemctl enable" "$FAKE_LOG" ;;
+show) shift 3; for unit in "$@"; do echo "${FAKE_LOADSTATE:-not-found}"; done ;;
 esac
 """
 FAKE_DPKG_LOGGED = FAKE_DPKG.replace(
@@ -73,10 +76,12 @@ def test_one_call_records_masks_installs_unmasks_enables_holds_and_reads_in_that
     selections_file(tmp_path)
     result = call(tmp_path)
     assert not result.get("failed"), result
+    # systemd reloads once: the enable's (a unit systemd does not know is masked without it)
     assert calls(tmp_path) == [
-        f"systemctl mask --runtime {UNIT}",
+        f"systemctl show --property=LoadState --value {UNIT}",
+        f"systemctl mask --runtime --no-reload {UNIT}",
         "apt-get",
-        f"systemctl unmask --runtime {UNIT}",
+        f"systemctl unmask --runtime --no-reload {UNIT}",
         f"systemctl is-enabled --quiet {UNIT}",
         f"systemctl enable --quiet {UNIT}",
         "dpkg --set-selections",
@@ -99,9 +104,31 @@ def test_a_failed_transaction_lifts_the_mask_and_holds_enables_reads_nothing(tmp
     result = call(tmp_path, _env={"FAKE_APT_RC": "100"})
     assert result["failed"] is True
     assert "Sub-process /usr/bin/dpkg returned an error code" in result["msg"]
-    assert calls(tmp_path) == [f"systemctl mask --runtime {UNIT}", "apt-get",
-                               f"systemctl unmask --runtime {UNIT}"]  # fmt: skip
+    assert calls(tmp_path) == [f"systemctl show --property=LoadState --value {UNIT}",
+                               f"systemctl mask --runtime --no-reload {UNIT}", "apt-get",
+                               f"systemctl unmask --runtime --no-reload {UNIT}",
+                               "systemctl daemon-reload"]  # fmt: skip
     assert "selections.calls" not in os.listdir(tmp_path)
+
+
+def test_a_unit_systemd_has_loaded_is_masked_with_its_reload(tmp_path):
+    """An upgrade: systemd knows nvidia-persistenced, and the mask must be in force before the
+    package scripts run (without the reload systemd would still run the unit as loaded)."""
+    selections_file(tmp_path)
+    result = call(tmp_path, _env={"FAKE_LOADSTATE": "loaded"})
+    assert not result.get("failed"), result
+    assert calls(tmp_path)[:3] == [f"systemctl show --property=LoadState --value {UNIT}",
+                                   f"systemctl mask --runtime {UNIT}", "apt-get"]  # fmt: skip
+
+
+def test_a_unit_enabled_already_gets_the_reload_its_unmask_left_out(tmp_path):
+    selections_file(tmp_path)
+    result = call(tmp_path, _env={"FAKE_ENABLED": "1"})
+    assert not result.get("failed"), result
+    assert result["enabled"] == {UNIT: "was enabled"}
+    assert calls(tmp_path)[3:] == [f"systemctl unmask --runtime --no-reload {UNIT}",
+                                   f"systemctl is-enabled --quiet {UNIT}",
+                                   "systemctl daemon-reload", "dpkg --set-selections"]  # fmt: skip
 
 
 def test_check_mode_changes_nothing_and_reports_the_record_and_the_holds(tmp_path):
@@ -157,7 +184,8 @@ def test_a_background_transaction_that_fails_fails_the_join_with_apts_words(tmp_
     joined = run_module(MODULE, {"join": launch["job"]}, tmp_path / "join")
     assert joined["failed"] is True
     assert "Sub-process /usr/bin/dpkg returned an error code" in joined["msg"]
-    assert calls(tmp_path)[-1] == f"systemctl unmask --runtime {UNIT}"
+    assert calls(tmp_path)[-2:] == [f"systemctl unmask --runtime --no-reload {UNIT}",
+                                    "systemctl daemon-reload"]  # fmt: skip
 
 
 def test_join_of_a_job_that_died_without_a_result_fails_with_a_hint(tmp_path):
