@@ -32,7 +32,16 @@ try:
 except ImportError:  # pragma: no cover
     AnsibleFilterError = ValueError
 
-import tomlkit
+
+def _tomlkit():
+    """tomlkit, imported by the filters that need it. Ansible imports every filter file of the
+    collection in each worker process that resolves any gpustack filter (a fresh fork per task
+    and host), and tomlkit's import was most of this file's cost there: about 0.7 s of the
+    controller's CPU per first install of 2 nodes (docs/performance.md)."""
+    import tomlkit
+
+    return tomlkit
+
 
 try:
     from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_k3s import (
@@ -63,7 +72,7 @@ def _plain(value):
 def _dump_runtimes(dump_text):
     """The runtimes table and default runtime name of `containerd config dump` output."""
     try:
-        dump = tomllib.loads(dump_text) if tomllib else _plain(tomlkit.parse(dump_text))
+        dump = tomllib.loads(dump_text) if tomllib else _plain(_tomlkit().parse(dump_text))
     except Exception as exc:
         raise AnsibleFilterError("cannot parse `containerd config dump` output: %s" % exc) from None
     plugins = dump.get("plugins", {})
@@ -108,12 +117,12 @@ def containerd_nvidia(
     deep_merge = (major, minor) >= (2, 1)
     if main_exists and (main_text or "").strip():
         try:
-            main = tomlkit.parse(main_text)
+            main = _tomlkit().parse(main_text)
         except Exception as exc:
             raise AnsibleFilterError("cannot parse the containerd config: %s" % exc) from None
         version = int(main.get("version", 1))
     else:
-        main = tomlkit.document()
+        main = _tomlkit().document()
         version = 3 if major >= 2 else 2
         main["version"] = version
     if version not in CRI_KEYS:
@@ -142,9 +151,9 @@ def containerd_nvidia(
     if set_default:
         section["default_runtime_name"] = runtime_name
 
-    dropin = tomlkit.document()
+    dropin = _tomlkit().document()
     dropin.add(
-        tomlkit.comment(
+        _tomlkit().comment(
             "Managed by gpustack: the %s runtime for containerd %d.%d (%s merge of imports)."
             % (runtime_name, major, minor, "deep" if deep_merge else "per-plugin-table")
         )
@@ -159,8 +168,8 @@ def containerd_nvidia(
     elif dropin_glob not in list(imports):
         imports.append(dropin_glob)
     return {
-        "main": tomlkit.dumps(main),
-        "dropin": tomlkit.dumps(dropin),
+        "main": _tomlkit().dumps(main),
+        "dropin": _tomlkit().dumps(dropin),
         "config_version": version,
         "plugin_key": key,
         "merge": "deep" if deep_merge else "replace",
@@ -170,7 +179,7 @@ def containerd_nvidia(
 def containerd_without_nvidia(main_text, dropin_glob="/etc/containerd/conf.d/*.toml"):
     """Undo: the main config without the import gpustack added (containerd_restore decides
     whether a file gpustack created goes)."""
-    main = tomlkit.parse(main_text)
+    main = _tomlkit().parse(main_text)
     imports = main.get("imports")
     if imports is not None and dropin_glob in list(imports):
         remaining = [i for i in imports if i != dropin_glob]
@@ -179,7 +188,7 @@ def containerd_without_nvidia(main_text, dropin_glob="/etc/containerd/conf.d/*.t
             imports.extend(remaining)
         else:
             del main["imports"]
-    return tomlkit.dumps(main)
+    return _tomlkit().dumps(main)
 
 
 def containerd_restore(
@@ -193,11 +202,11 @@ def containerd_restore(
     without = containerd_without_nvidia(current_text, dropin_glob)
     if original_text is not None:
         try:
-            if tomlkit.parse(without).unwrap() == tomlkit.parse(original_text).unwrap():
+            if _tomlkit().parse(without).unwrap() == _tomlkit().parse(original_text).unwrap():
                 return original_text
         except Exception:  # an unreadable record: fall back to the structural undo
             pass
-    elif created and set(tomlkit.parse(without).unwrap()) <= {"version"}:
+    elif created and set(_tomlkit().parse(without).unwrap()) <= {"version"}:
         return None
     return without
 
@@ -206,7 +215,7 @@ def containerd_config_error(text, path="/etc/containerd/config.toml"):
     """Why the main configuration cannot be read as TOML ('' when it can); checked before
     uninstall changes anything."""
     try:
-        tomlkit.parse(text or "")
+        _tomlkit().parse(text or "")
     except Exception as exc:
         return "%s is not valid TOML: %s" % (path, exc)
     return ""
@@ -321,7 +330,7 @@ def toml_canonical(text):
     """One stable string per TOML document: `containerd config dump` prints Go maps (and the
     `imports` list) in random order, so two dumps of one configuration can differ as text."""
     try:
-        data = tomllib.loads(text) if tomllib else _plain(tomlkit.parse(text))
+        data = tomllib.loads(text) if tomllib else _plain(_tomlkit().parse(text))
     except Exception:
         return text
     if isinstance(data.get("imports"), list):
