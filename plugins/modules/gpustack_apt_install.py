@@ -120,7 +120,7 @@ options:
       - Units masked with C(systemctl mask --runtime) for the transaction (not in check mode);
         each is unmasked after it, failed or not, and wherever a runtime mask is found.
       - systemd reloads once for both. The mask goes without a reload where systemd knows none of
-        the units (C(LoadState) C(not-found), a first install: the unit is loaded from disk, mask
+        the units (C(LoadState) C(not-found), a first install; the unit is loaded from disk, mask
         first, when asked for, and its package's script reloads systemd before starting it); the
         unmask goes without one, and the enable of O(enable) after it reloads (a
         C(daemon-reload) where nothing is to be enabled, or the transaction failed).
