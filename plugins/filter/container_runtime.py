@@ -113,16 +113,17 @@ def containerd_nvidia(
     extra=None,
 ):
     """Compute the new main config (imports added) and the drop-in; pure, deterministic."""
+    tomlkit = _tomlkit()
     major, minor = containerd_release(containerd_version)
     deep_merge = (major, minor) >= (2, 1)
     if main_exists and (main_text or "").strip():
         try:
-            main = _tomlkit().parse(main_text)
+            main = tomlkit.parse(main_text)
         except Exception as exc:
             raise AnsibleFilterError("cannot parse the containerd config: %s" % exc) from None
         version = int(main.get("version", 1))
     else:
-        main = _tomlkit().document()
+        main = tomlkit.document()
         version = 3 if major >= 2 else 2
         main["version"] = version
     if version not in CRI_KEYS:
@@ -151,9 +152,9 @@ def containerd_nvidia(
     if set_default:
         section["default_runtime_name"] = runtime_name
 
-    dropin = _tomlkit().document()
+    dropin = tomlkit.document()
     dropin.add(
-        _tomlkit().comment(
+        tomlkit.comment(
             "Managed by gpustack: the %s runtime for containerd %d.%d (%s merge of imports)."
             % (runtime_name, major, minor, "deep" if deep_merge else "per-plugin-table")
         )
@@ -168,8 +169,8 @@ def containerd_nvidia(
     elif dropin_glob not in list(imports):
         imports.append(dropin_glob)
     return {
-        "main": _tomlkit().dumps(main),
-        "dropin": _tomlkit().dumps(dropin),
+        "main": tomlkit.dumps(main),
+        "dropin": tomlkit.dumps(dropin),
         "config_version": version,
         "plugin_key": key,
         "merge": "deep" if deep_merge else "replace",
@@ -179,7 +180,8 @@ def containerd_nvidia(
 def containerd_without_nvidia(main_text, dropin_glob="/etc/containerd/conf.d/*.toml"):
     """Undo: the main config without the import gpustack added (containerd_restore decides
     whether a file gpustack created goes)."""
-    main = _tomlkit().parse(main_text)
+    tomlkit = _tomlkit()
+    main = tomlkit.parse(main_text)
     imports = main.get("imports")
     if imports is not None and dropin_glob in list(imports):
         remaining = [i for i in imports if i != dropin_glob]
@@ -188,7 +190,7 @@ def containerd_without_nvidia(main_text, dropin_glob="/etc/containerd/conf.d/*.t
             imports.extend(remaining)
         else:
             del main["imports"]
-    return _tomlkit().dumps(main)
+    return tomlkit.dumps(main)
 
 
 def containerd_restore(
@@ -199,14 +201,15 @@ def containerd_restore(
     gpustack created the file (`created`, no original), None (remove it) when nothing but its
     `version` is left, as gpustack wrote it; a file the user has since added settings to is kept
     without the import."""
+    tomlkit = _tomlkit()
     without = containerd_without_nvidia(current_text, dropin_glob)
     if original_text is not None:
         try:
-            if _tomlkit().parse(without).unwrap() == _tomlkit().parse(original_text).unwrap():
+            if tomlkit.parse(without).unwrap() == tomlkit.parse(original_text).unwrap():
                 return original_text
         except Exception:  # an unreadable record: fall back to the structural undo
             pass
-    elif created and set(_tomlkit().parse(without).unwrap()) <= {"version"}:
+    elif created and set(tomlkit.parse(without).unwrap()) <= {"version"}:
         return None
     return without
 
@@ -214,8 +217,9 @@ def containerd_restore(
 def containerd_config_error(text, path="/etc/containerd/config.toml"):
     """Why the main configuration cannot be read as TOML ('' when it can); checked before
     uninstall changes anything."""
+    tomlkit = _tomlkit()
     try:
-        _tomlkit().parse(text or "")
+        tomlkit.parse(text or "")
     except Exception as exc:
         return "%s is not valid TOML: %s" % (path, exc)
     return ""

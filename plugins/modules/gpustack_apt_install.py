@@ -396,7 +396,7 @@ def transaction(params, check_mode):
         if params["record"]:
             result["recorded"] = write_record(params["record"], check_mode)
         masked = lifted = []
-        reload_after = False  # an unmask left systemd's reload to the enable step
+        succeeded = False
         try:
             if needed and not check_mode and params["mask_runtime"]:
                 mask(params["mask_runtime"])
@@ -410,7 +410,7 @@ def transaction(params, check_mode):
                     if rc != 0:
                         raise Failed("apt-mark manual failed: %s" % err.strip(), rc=rc)
                 result["manual"] = auto
-            reload_after = True
+            succeeded = True
         finally:
             if not check_mode:  # also a mask a killed earlier run left
                 lifted = [unit for unit in params["mask_runtime"]
@@ -419,10 +419,9 @@ def transaction(params, check_mode):
                     # systemd reloads once: in the enable step after a transaction that
                     # succeeded, at once after one that failed
                     systemctl("unmask", "--runtime", "--no-reload", *lifted)
-                    if not reload_after:
+                    if not succeeded:
                         systemctl("daemon-reload")
-                reload_after = reload_after and bool(lifted)
-        after(params, check_mode, result, reload_after)
+        after(params, check_mode, result, reload_pending=bool(lifted))
     except Failed as exc:
         result.update(exc.result, failed=True)
     except SelectionError as exc:
