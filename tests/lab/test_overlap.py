@@ -5,7 +5,9 @@ tests/fixtures/lab_fixtures.py, a TEST FIXTURE).
 A first install starts the transaction on the node and wires containerd while it runs; a
 containerd configuration that containerd cannot read fails the host, and the host waits for its
 transaction before it fails (no package run left going on after the CLI has reported it). Fixed,
-the re-run installs nothing more and converges.
+the re-run installs nothing more and converges. With `-e gpustack_site_runtime_early=false` (the
+documented switch, docs/driver.md) a first install runs the transaction in its call and wires
+containerd after it, and converges the same way.
 """
 
 from __future__ import annotations
@@ -24,21 +26,23 @@ pytestmark = pytest.mark.lab
 
 LAB = f"overlap{os.getpid()}"
 NODE = f"{LAB}-node1"
+SERIAL = f"{LAB}-node2"  # first installed with the overlap switched off
 BROKEN = "version = 2\n[plugins\n"  # containerd: "(2, 2): unexpected token"
 
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     inventory = tmp_path_factory.mktemp("overlap") / "overlap.ini"
-    with lab_nodes(LAB, 1, inventory):
-        varsfile = lab_fixtures.prepare([f"gpustack-{NODE}"], inventory.with_suffix(".vars.json"))
+    with lab_nodes(LAB, 2, inventory):
+        varsfile = lab_fixtures.prepare([f"gpustack-{NODE}", f"gpustack-{SERIAL}"],
+                                        inventory.with_suffix(".vars.json"))  # fmt: skip
         yield inventory, varsfile
 
 
-def install(lab) -> tuple[int, dict]:
+def install(lab, *args: str, node: str = NODE) -> tuple[int, dict]:
     inventory, varsfile = lab
-    proc = run_cli("install", str(inventory), "-e", f"@{varsfile}", "--output", "json",
-                   timeout=1800)  # fmt: skip
+    proc = run_cli("install", str(inventory), "-l", node, "-e", f"@{varsfile}", *args,
+                   "--output", "json", timeout=1800)  # fmt: skip
     return proc.returncode, json.loads(proc.stdout)
 
 
@@ -78,3 +82,19 @@ def test_a_host_whose_wiring_fails_waits_for_its_background_transaction_before_i
     assert host["facts"]["gpustack_runtime"]["container_check"] == "passed"
     rc, doc = install(lab)
     assert rc == 0 and doc["hosts"][NODE]["converged"] is True, doc
+
+
+def test_the_overlap_switched_off_installs_first_and_wires_containerd_after(lab):
+    inventory, _ = lab
+    rc, doc = install(lab, "-e", "gpustack_site_runtime_early=false", node=SERIAL)
+    assert rc == 0, doc
+    host = doc["hosts"][SERIAL]
+    tasks = [c["task"] for c in host["changes"]]
+    transaction = next(i for i, t in enumerate(tasks) if t.endswith("hold them"))
+    assert not any("wait for the background transaction" in t for t in tasks), tasks
+    wired = [i for i, c in enumerate(host["changes"]) if c["role"] == "container_runtime"]
+    assert wired and min(wired) > transaction, tasks  # containerd wired after the transaction
+    assert host["facts"]["gpustack_runtime"]["container_check"] == "passed"
+    assert ssh(inventory, SERIAL, "ls /var/lib/gpustack/jobs 2>/dev/null").stdout.strip() == ""
+    rc, doc = install(lab, node=SERIAL)
+    assert rc == 0 and doc["hosts"][SERIAL]["converged"] is True, doc
