@@ -212,8 +212,15 @@ changes:
 markers:
   description: The marker items of O(files) that exist after the call, as gpustack_state_files.
   type: list
+steps:
+  description: Where the transaction's time went - each step that ran, as C([name, start, end])
+    in seconds since the epoch on the host's clock (C(dpkg-query), C(record), C(mask),
+    C(apt-get) or C(apt-mark), C(unmask), C(enable), C(holds), C(reads), C(initramfs)); also
+    for a failed step. A background transaction's steps come with O(join)'s result.
+  type: list
 """
 
+import contextlib
 import json
 import os
 import shutil
@@ -260,6 +267,17 @@ class Failed(Exception):
     def __init__(self, msg, **result):
         Exception.__init__(self, msg)
         self.result = dict(result, msg=msg)
+
+
+@contextlib.contextmanager
+def timed(steps, name):
+    """Append [name, start, end] (epoch seconds, the host's clock) to steps, also for a step
+    that fails (RV(steps))."""
+    start = time.time()
+    try:
+        yield
+    finally:
+        steps.append([name, round(start, 3), round(time.time(), 3)])
 
 
 def split(spec):
@@ -389,24 +407,31 @@ def transaction(params, check_mode):
     specs = [split(spec) for spec in params["packages"] if spec.strip()]
     names = [name for name, _ in specs]
     result = dict(changed=False, stdout="", stderr="", needed=[], manual=[], recorded=False,
-                  enabled={}, holds=[], reads={}, initramfs="")  # fmt: skip
+                  enabled={}, holds=[], reads={}, initramfs="", steps=[])  # fmt: skip
+    steps = result["steps"]
     try:
-        have, needed = needed_specs(specs)
+        with timed(steps, "dpkg-query"):
+            have, needed = needed_specs(specs)
         result["needed"] = needed
         if params["record"]:
-            result["recorded"] = write_record(params["record"], check_mode)
+            with timed(steps, "record"):
+                result["recorded"] = write_record(params["record"], check_mode)
         masked = lifted = []
         succeeded = False
         try:
             if needed and not check_mode and params["mask_runtime"]:
-                mask(params["mask_runtime"])
+                with timed(steps, "mask"):
+                    mask(params["mask_runtime"])
                 masked = list(params["mask_runtime"])
             if needed:
-                result.update(apt_get(params, specs, have, check_mode), changed=True)
+                with timed(steps, "apt-get"):
+                    result.update(apt_get(params, specs, have, check_mode), changed=True)
             else:
                 auto = auto_marked(names, params["extended_states"])
                 if auto and not check_mode:
-                    rc, _out, err = run(["apt-mark", "manual"] + auto, env=dict(os.environ, **ENV))
+                    with timed(steps, "apt-mark"):
+                        rc, _out, err = run(["apt-mark", "manual"] + auto,
+                                            env=dict(os.environ, **ENV))  # fmt: skip
                     if rc != 0:
                         raise Failed("apt-mark manual failed: %s" % err.strip(), rc=rc)
                 result["manual"] = auto
@@ -418,9 +443,10 @@ def transaction(params, check_mode):
                 if lifted:
                     # systemd reloads once: in the enable step after a transaction that
                     # succeeded, at once after one that failed
-                    systemctl("unmask", "--runtime", "--no-reload", *lifted)
-                    if not succeeded:
-                        systemctl("daemon-reload")
+                    with timed(steps, "unmask"):
+                        systemctl("unmask", "--runtime", "--no-reload", *lifted)
+                        if not succeeded:
+                            systemctl("daemon-reload")
         after(params, check_mode, result, reload_pending=bool(lifted))
     except Failed as exc:
         result.update(exc.result, failed=True)
@@ -436,36 +462,41 @@ def after(params, check_mode, result, reload_pending=False):
     """After a transaction that succeeded or was not needed: enable, hold, read. With
     reload_pending (units unmasked without systemd's reload), `systemctl enable` reloads, or a
     daemon-reload where nothing is to be enabled."""
-    if not check_mode:
-        try:
-            for unit in params["enable"]:
-                if run(["systemctl", "is-enabled", "--quiet", unit])[0] == 0:
-                    result["enabled"][unit] = "was enabled"
-                else:
-                    systemctl("enable", "--quiet", unit)
-                    result["enabled"][unit] = "enabled"
-                    reload_pending = False
-        finally:
-            if reload_pending:
-                systemctl("daemon-reload")
-    present = packages(params["hold_present"]) if params["hold_present"] else {}
-    names = params["hold"] + [name for name in params["hold_present"] if name in present]
-    if names:
-        result["holds"] = selection_changes(names, "hold")
-        if result["holds"]:
-            result["diff"] = selections_diff(result["holds"])
-            if not check_mode:
-                set_selections(result["holds"], params["lock_timeout"])
+    steps = result["steps"]
+    if not check_mode and (params["enable"] or reload_pending):
+        with timed(steps, "enable"):
+            try:
+                for unit in params["enable"]:
+                    if run(["systemctl", "is-enabled", "--quiet", unit])[0] == 0:
+                        result["enabled"][unit] = "was enabled"
+                    else:
+                        systemctl("enable", "--quiet", unit)
+                        result["enabled"][unit] = "enabled"
+                        reload_pending = False
+            finally:
+                if reload_pending:
+                    systemctl("daemon-reload")
+    if params["hold"] or params["hold_present"]:
+        with timed(steps, "holds"):
+            present = packages(params["hold_present"]) if params["hold_present"] else {}
+            names = params["hold"] + [name for name in params["hold_present"] if name in present]
+            result["holds"] = selection_changes(names, "hold") if names else []
+            if result["holds"]:
+                result["diff"] = selections_diff(result["holds"])
+                if not check_mode:
+                    set_selections(result["holds"], params["lock_timeout"])
     spec = params["reads"]
     if spec:
         argvs = spec.get("commands") or {}
-        files, commands = reads(spec.get("files") or {}, argvs)
+        with timed(steps, "reads"):
+            files, commands = reads(spec.get("files") or {}, argvs)
         result["reads"] = dict(files=files, commands=commands)
         failure = read_failure(commands, argvs, spec.get("must_succeed") or [])
         if failure:
             raise Failed(failure)
     if params["initramfs"] and not check_mode:
-        result["initramfs"] = regenerate_initramfs(params["initramfs"])
+        with timed(steps, "initramfs"):
+            result["initramfs"] = regenerate_initramfs(params["initramfs"])
 
 
 def regenerate_initramfs(spec):

@@ -72,6 +72,15 @@ def selections_file(tmp_path, text="gpustack-fixture-driver\tinstall\n"):
     (tmp_path / "selections").write_text(text)
 
 
+def step_names(result) -> list[str]:
+    """The steps the call timed, in order; their times ascend and do not overlap."""
+    ends = [0.0]
+    for _name, start, end in result["steps"]:
+        assert ends[-1] <= start <= end, result["steps"]
+        ends.append(end)
+    return [name for name, _start, _end in result["steps"]]
+
+
 def test_one_call_records_masks_installs_unmasks_enables_holds_and_reads_in_that_order(tmp_path):
     selections_file(tmp_path)
     result = call(tmp_path)
@@ -94,6 +103,8 @@ def test_one_call_records_masks_installs_unmasks_enables_holds_and_reads_in_that
     ]
     assert "Setting up gpustack-fixture-driver" in result["stdout"]
     assert result["reads"]["commands"]["echo"]["stdout"] == "read after"
+    assert step_names(result) == ["dpkg-query", "record", "mask", "apt-get", "unmask", "enable",
+                                  "holds", "reads"]  # fmt: skip
     record = (tmp_path / "state/packages-before").read_text().splitlines()
     assert "dpkg" in record and "gpustack-fixture-driver" not in record  # this machine's own
     assert result["job"] == ""
@@ -109,6 +120,8 @@ def test_a_failed_transaction_lifts_the_mask_and_holds_enables_reads_nothing(tmp
                                f"systemctl unmask --runtime --no-reload {UNIT}",
                                "systemctl daemon-reload"]  # fmt: skip
     assert "selections.calls" not in os.listdir(tmp_path)
+    # the failed step is timed too; nothing after the unmask ran
+    assert step_names(result) == ["dpkg-query", "record", "mask", "apt-get", "unmask"]
 
 
 def test_a_unit_systemd_has_loaded_is_masked_with_its_reload(tmp_path):
@@ -176,6 +189,9 @@ def test_background_start_returns_at_once_and_join_returns_the_calls_result(tmp_
     assert joined["reads"]["commands"]["echo"]["stdout"] == "read after"
     assert calls(tmp_path)[-1] == "dpkg --set-selections"
     assert os.listdir(tmp_path / "jobs") == []  # the join took the result and the pid file
+    # the job's steps come with the join's result, apt-get's 3 s in its own
+    steps = {name: end - start for name, start, end in joined["steps"]}
+    assert step_names(joined)[3:5] == ["apt-get", "unmask"] and steps["apt-get"] >= 3, steps
 
 
 def test_a_background_transaction_that_fails_fails_the_join_with_apts_words(tmp_path):
