@@ -31,6 +31,7 @@ import json
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -110,6 +111,25 @@ def print_floor_steps(outputs: dict[str, str]) -> None:
         )
 
 
+def print_first_install_start(state: Path, began: float, floor: dict[str, str]) -> None:
+    """When the first `apt-get install` began: gpustack's (the transaction call's steps, on the
+    nodes' clock, which is the machine's) from the CLI's start, the floor's from its start."""
+    starts = [
+        start
+        for run_dir in sorted((state / "runs").iterdir())
+        for steps in run_profile.transaction_steps(run_profile.load(run_dir)[0]).values()
+        for name, start, _ in steps
+        if name == "apt-get"
+    ]
+    steps = floor_steps(floor)
+    floor_at = min(update + sources for sources, update, _, _ in steps.values())
+    ours = f"{min(starts) - began:.1f} s after the CLI started" if starts else "not timed"
+    print(
+        f"  the first apt-get install began: gpustack's {ours}, the floor's {floor_at:.1f} s "
+        "after its start"
+    )
+
+
 def installed(ssh: list[str]) -> set[str]:
     _, proc = labbench.run([*ssh, INSTALLED])
     labbench.must(proc, "dpkg-query")
@@ -129,6 +149,7 @@ def one_round(lab: str, top: int) -> tuple[float, float, float, int]:
     ours, floor_hosts = hosts[:2], hosts[2:]
     before = installed(ssh[ours[0]])
     cached = set(apt_cache_dir().glob("*.deb"))
+    began = time.time()
     seconds, proc = labbench.run(
         [*labbench.GPUSTACK, "install", str(inventory), "-l", ",".join(ours), "-e", f"@{varsfile}",
          "--output", "json"], env={"GPUSTACK_STATE_DIR": str(state)},
@@ -145,6 +166,7 @@ def one_round(lab: str, top: int) -> tuple[float, float, float, int]:
     for host, done in procs.items():
         labbench.must(done, f"apt floor on {host}")
     print_floor_steps({host: done.stdout for host, done in procs.items()})
+    print_first_install_start(state, began, {host: done.stdout for host, done in procs.items()})
     floor_added = sorted(installed(ssh[floor_hosts[0]]) - before)
     differs = sorted(set(floor_added) ^ set(added))
     same = "the same set" if not differs else f"{len(floor_added)}, differing in {differs}"

@@ -58,6 +58,8 @@ class TaskTime:
     skipped: int = 0
     remote_calls: int = 0  # runs on hosts that were not skipped and needed a round trip
     spans: dict[str, tuple[float, float]] = field(default_factory=dict)  # per host
+    # gpustack_apt_install's RV steps per host: [name, start, end], the host's clock
+    steps: dict[str, list] = field(default_factory=dict)
 
     @property
     def wall(self) -> float:
@@ -106,6 +108,8 @@ def load(path: Path) -> tuple[list[TaskTime], float, float]:
         if event["event"] != "runner_on_skipped":
             task.spans[data.get("host", "?")] = (start, end)
         task.skipped += event["event"] == "runner_on_skipped"
+        if isinstance((data.get("res") or {}).get("steps"), list) and data["res"]["steps"]:
+            task.steps[data.get("host", "?")] = data["res"]["steps"]
         if (
             event["event"] != "runner_on_skipped"
             and data.get("task_action") not in CONTROLLER_ACTIONS
@@ -150,6 +154,11 @@ def report(path: Path, top: int) -> float:
         print(f"  {host}: {before:.1f} s before its first apt task, {inside:.1f} s in apt tasks "
               f"(lock waits included), {amid:.1f} s in other tasks between them, {after:.1f} s "
               "after its last")  # fmt: skip
+    for host, steps in sorted(transaction_steps(tasks).items()):
+        began = next((start for name, start, _ in steps if name == "apt-get"), None)
+        when = f"; apt-get began {began - first:.1f} s after the first event" if began else ""
+        shares = ", ".join(f"{name} {end - start:.2f}" for name, start, end in steps)
+        print(f"  {host}: the transaction call's steps (s): {shares}{when}")
     print(f"  {'wall s':>7} {'host s':>7} {'hosts':>5}  task")
     for task in sorted(tasks, key=lambda t: t.wall, reverse=True)[:top]:
         role = f"{task.role} : " if task.role else ""
@@ -157,6 +166,18 @@ def report(path: Path, top: int) -> float:
         print(f"  {task.wall:7.2f} {task.host_seconds:7.2f} {len(task.hosts):5d}  "
               f"{role}{task.name}{skipped}")  # fmt: skip
     return apt_wall
+
+
+def transaction_steps(tasks: list[TaskTime]) -> dict[str, list]:
+    """Per host, the steps gpustack_apt_install timed in the call that ran the transaction (its
+    RV steps; a background transaction's come with the join): [name, start, end], the host's
+    clock (the lab's nodes share the machine's)."""
+    found: dict[str, list] = {}
+    for task in tasks:
+        for host, steps in task.steps.items():
+            if any(name == "apt-get" for name, _, _ in steps) or host not in found:
+                found[host] = steps
+    return found
 
 
 def package_path(

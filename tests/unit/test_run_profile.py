@@ -71,3 +71,25 @@ def test_report_prints_the_path_and_returns_the_apt_wall(run, capsys):
     assert apt_wall == pytest.approx(8.0 + 2.0 + 1.0)
     assert "b: 2.0 s before its first apt task, 10.0 s in apt tasks" in out
     assert "2.0 s in other tasks between them, 2.0 s after its last" in out
+
+
+def test_the_transaction_calls_steps_are_reported_per_host(run, capsys):
+    """gpustack_apt_install's RV steps (a background transaction's come with the join; the
+    start call has none): per host, and when apt-get began after the run's first event."""
+    base = T0.timestamp()
+    steps = [["mask", base + 2.0, base + 2.5], ["apt-get", base + 2.5, base + 9.5],
+             ["enable", base + 9.5, base + 9.75]]  # fmt: skip
+    path = run / "job_events" / "50.json"
+    event = {"event": "runner_on_ok", "created": (T0 + timedelta(seconds=10)).isoformat(),
+             "event_data": {"host": "b", "task": "join", "task_uuid": "join",
+                            "task_action": "gpustack.gpustack.gpustack_apt_install",
+                            "start": (T0 + timedelta(seconds=3)).isoformat(),
+                            "end": (T0 + timedelta(seconds=10)).isoformat(),
+                            "res": {"changed": True, "steps": steps}}}  # fmt: skip
+    path.write_text(json.dumps(event), encoding="utf-8")
+    tasks, _, _ = run_profile.load(run)
+    assert run_profile.transaction_steps(tasks) == {"b": steps}
+    run_profile.report(run, top=1)
+    out = capsys.readouterr().out
+    assert "b: the transaction call's steps (s): mask 0.50, apt-get 7.00, enable 0.25; " in out
+    assert "apt-get began 2.5 s after the first event" in out
