@@ -30,6 +30,8 @@ BLACKLIST = "/etc/modprobe.d/gpustack-blacklist-nouveau.conf"
 DROPIN = "/etc/containerd/conf.d/99-nvidia.toml"
 TOOLKIT_LISTS = "Refresh the package lists (at most hourly) and list the versions the source offers"
 DUMP = "containerd --config /etc/containerd/config.toml config dump"
+# The driver reconfigured, its packages left alone (the transaction call does not run)
+RECONFIGURE = ("--tags", "nvidia_driver", "--skip-tags", "nvidia_driver_install")
 TIMINGS: dict[str, list[float]] = {}
 
 
@@ -272,3 +274,34 @@ def test_a_failed_initramfs_regeneration_is_finished_by_the_next_run(lab):
     assert status.returncode == 0, status.stdout[-2000:]
     assert_skipped(install(lab), N1, N2)
     sh(lab, N1, f"rm -rf /boot/*-{kernel} /lib/modules/{kernel}")
+
+
+def test_the_driver_reconfigured_alone_regenerates_the_initramfs_itself(lab):
+    # `install --tags nvidia_driver --skip-tags nvidia_driver_install` (the driver reconfigured,
+    # its packages left alone) leaves the driver's transaction call out, so configure.yml's own
+    # task regenerates the initramfs where the blacklist changed: the fallback of the call's
+    # regeneration, which until 2026-12-02 had met no real update-initramfs. Debian's real
+    # initramfs-tools, a FIXTURE kernel as above.
+    kernel = "6.1.0-99-amd64"
+    initrd = f"/boot/initrd.img-{kernel}"
+    marker = "/var/lib/gpustack/nvidia_driver.initramfs-pending"
+    sh(lab, N1, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "
+                "initramfs-tools >/dev/null")  # fmt: skip
+    sh(lab, N1, f"mkdir -p /lib/modules/{kernel} && depmod {kernel} 2>/dev/null; "
+                f"touch /boot/vmlinuz-{kernel} {initrd}; "
+                f"printf 'CONFIG_RD_GZIP=y\\nCONFIG_RD_ZSTD=y\\n' > /boot/config-{kernel}")  # fmt: skip
+    sh(lab, N1, f"echo '# edited by hand' > {BLACKLIST}")
+    try:
+        doc = install(lab, *RECONFIGURE, "-l", N1)
+        changes = [c["task"] for c in doc["hosts"][N1]["changes"]]
+        assert "Regenerate the initramfs without nouveau" in changes, changes
+        assert DRIVER_TRANSACTION not in changes, changes
+        assert "# edited by hand" not in sh(lab, N1, f"cat {BLACKLIST}")
+        assert sh(lab, N1, f"test -e {marker} || echo cleared").strip() == "cleared"
+        files = sh(lab, N1, f"lsinitramfs {initrd}").split()
+        assert BLACKLIST.lstrip("/") in files, [f for f in files if "modprobe" in f]
+        # nothing left to do: the same run again changes nothing
+        again = install(lab, *RECONFIGURE, "-l", N1)
+        assert again["hosts"][N1]["changed"] == 0, again["hosts"][N1]["changes"]
+    finally:
+        sh(lab, N1, f"rm -rf /boot/*-{kernel} /lib/modules/{kernel}")
