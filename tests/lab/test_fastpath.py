@@ -82,6 +82,23 @@ def sh(lab, host, command) -> str:
     return proc.stdout
 
 
+KERNEL = "6.1.0-99-amd64"  # a FIXTURE kernel: an empty image, no modules
+INITRD = f"/boot/initrd.img-{KERNEL}"
+INITRAMFS_MARKER = "/var/lib/gpustack/nvidia_driver.initramfs-pending"
+
+
+def initramfs_fixture(lab, host, config: str) -> None:
+    """Debian's real initramfs-tools on the host, the fixture kernel to build for (its
+    configuration `config`), and the nouveau blacklist edited by hand (the next run rewrites it
+    and asks for a regeneration)."""
+    sh(lab, host, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "
+                  "initramfs-tools >/dev/null")  # fmt: skip
+    sh(lab, host, f"mkdir -p /lib/modules/{KERNEL} && depmod {KERNEL} 2>/dev/null; "
+                  f"touch /boot/vmlinuz-{KERNEL} {INITRD}; "
+                  f"printf '{config}' > /boot/config-{KERNEL}")  # fmt: skip
+    sh(lab, host, f"echo '# edited by hand' > {BLACKLIST}")
+
+
 def skipped_tasks(doc, events=("runner_on_skipped",)) -> set[tuple[str, str, str]]:
     """(role, task, host) of every task the run's events show skipped (or, with `events`, ended
     so)."""
@@ -237,14 +254,8 @@ def test_a_failed_initramfs_regeneration_is_finished_by_the_next_run(lab):
     # image, no modules); update-initramfs and mkinitramfs are the real ones. Until 2026-11-29 a
     # handler regenerated the initramfs at the play's end, after the converged stamps: the next
     # install skipped the host (fast path) and nouveau stayed in the initramfs.
-    kernel = "6.1.0-99-amd64"
-    initrd = f"/boot/initrd.img-{kernel}"
-    marker = "/var/lib/gpustack/nvidia_driver.initramfs-pending"
-    sh(lab, N1, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "
-                "initramfs-tools >/dev/null")  # fmt: skip
-    sh(lab, N1, f"mkdir -p /lib/modules/{kernel} && depmod {kernel} 2>/dev/null; "
-                f"touch /boot/vmlinuz-{kernel} {initrd} /boot/config-{kernel}")  # fmt: skip
-    sh(lab, N1, f"echo '# edited by hand' > {BLACKLIST}")
+    kernel, initrd, marker = KERNEL, INITRD, INITRAMFS_MARKER
+    initramfs_fixture(lab, N1, "")
     inventory, varsfile = lab
     proc = run_cli("install", str(inventory), "-e", f"@{varsfile}", "--output", "json",
                    timeout=1800)  # fmt: skip
@@ -281,16 +292,9 @@ def test_the_driver_reconfigured_alone_regenerates_the_initramfs_itself(lab):
     # its packages left alone) leaves the driver's transaction call out, so configure.yml's own
     # task regenerates the initramfs where the blacklist changed: the fallback of the call's
     # regeneration, which until 2026-12-02 had met no real update-initramfs. Debian's real
-    # initramfs-tools, a FIXTURE kernel as above.
-    kernel = "6.1.0-99-amd64"
-    initrd = f"/boot/initrd.img-{kernel}"
-    marker = "/var/lib/gpustack/nvidia_driver.initramfs-pending"
-    sh(lab, N1, "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "
-                "initramfs-tools >/dev/null")  # fmt: skip
-    sh(lab, N1, f"mkdir -p /lib/modules/{kernel} && depmod {kernel} 2>/dev/null; "
-                f"touch /boot/vmlinuz-{kernel} {initrd}; "
-                f"printf 'CONFIG_RD_GZIP=y\\nCONFIG_RD_ZSTD=y\\n' > /boot/config-{kernel}")  # fmt: skip
-    sh(lab, N1, f"echo '# edited by hand' > {BLACKLIST}")
+    # initramfs-tools, the FIXTURE kernel with the compressors configured.
+    kernel, initrd, marker = KERNEL, INITRD, INITRAMFS_MARKER
+    initramfs_fixture(lab, N1, "CONFIG_RD_GZIP=y\\nCONFIG_RD_ZSTD=y\\n")
     try:
         doc = install(lab, *RECONFIGURE, "-l", N1)
         changes = [c["task"] for c in doc["hosts"][N1]["changes"]]
