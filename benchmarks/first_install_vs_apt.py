@@ -165,8 +165,9 @@ def one_round(lab: str, top: int) -> tuple[float, float, float, int]:
     floor_s, procs = labbench.on_hosts(ssh, floor_hosts, script)
     for host, done in procs.items():
         labbench.must(done, f"apt floor on {host}")
-    print_floor_steps({host: done.stdout for host, done in procs.items()})
-    print_first_install_start(state, began, {host: done.stdout for host, done in procs.items()})
+    outputs = {host: done.stdout for host, done in procs.items()}
+    print_floor_steps(outputs)
+    print_first_install_start(state, began, outputs)
     floor_added = sorted(installed(ssh[floor_hosts[0]]) - before)
     differs = sorted(set(floor_added) ^ set(added))
     same = "the same set" if not differs else f"{len(floor_added)}, differing in {differs}"
