@@ -144,10 +144,23 @@ exec /sbin/init "$@"
 EOS
 chmod 755 {INIT_CGROUP2}
 # Nodes share one apt archive cache, and apt-get gives up at once on an archive lock held by
-# another node: make apt-get wait for its turn (lab only).
+# another node: make apt-get wait for its turn (lab only). `apt-get update` takes no archive
+# lock (it writes the node's own /var/lib/apt/lists; seen on a lab node: it succeeds while another
+# node holds /var/cache/apt/archives/lock) and runs without a turn, as on separate machines.
 dpkg-divert --local --rename --add /usr/bin/apt-get
 cat > /usr/bin/apt-get <<'EOS'
 #!/bin/sh
+skip=
+for arg in "$@"; do
+    if [ -n "$skip" ]; then skip=; continue; fi
+    case "$arg" in
+        -o|-c|-t|-a|--option|--config-file) skip=1 ;;
+        --target-release|--default-release|--host-architecture) skip=1 ;;
+        -*) ;;
+        update) exec /usr/bin/apt-get.distrib "$@" ;;
+        *) break ;;
+    esac
+done
 exec flock /var/cache/apt/archives/.gpustack-lab.lock /usr/bin/apt-get.distrib "$@"
 EOS
 chmod 755 /usr/bin/apt-get
