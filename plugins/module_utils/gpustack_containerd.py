@@ -3,7 +3,8 @@
 plugin asked over the socket with a minimal gRPC client (RuntimeService/Status, verbose - what
 `crictl info` prints), compared with the runtimes of `containerd config dump`.
 
-Shared by container_runtime's gpustack_containerd_loaded (install, verify) and
+Shared by container_runtime's gpustack_containerd_loaded (install, verify), gpustack_apt_install
+(a join's containerd_loaded: the same check right after the driver's background transaction) and
 gpustack_host_probe (section loaded: status, install's fast path). Read-only.
 """
 
@@ -16,6 +17,7 @@ import os
 import re
 import socket
 import struct
+import time
 
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import effective_dump
 
@@ -252,3 +254,63 @@ def loaded_state(config, sock, marker):
         "restart_pending": pending,
         "restart_needed": pending or bool(diff),
     }
+
+
+# The check's options (gpustack_containerd_loaded's argument spec; gpustack_apt_install's
+# containerd_loaded takes the same keys).
+LOADED_CHECK_OPTIONS = dict(
+    config=dict(type="path", default="/etc/containerd/config.toml"),
+    socket=dict(type="path", default="/run/containerd/containerd.sock"),
+    marker=dict(type="path", default=""),
+    name=dict(type="str", default="nvidia"),
+    binary=dict(type="path", default=""),
+    test_container=dict(type="dict", default={}),
+)
+RUNTIME_OK = "gpustack-runtime-ok"
+
+
+def test_container(module, params, state):
+    """The verify container through the handler the running daemon loaded (skipped: no image, no
+    binary, or a running daemon without the handler)."""
+    spec = params["test_container"]
+    loaded = state["loaded"]
+    if not spec.get("image") or not state.get("binary_exists"):
+        return {"skipped": True}
+    if loaded.get("available") and params["name"] not in loaded.get("runtimes", {}):
+        return {"skipped": True}
+    handler = loaded.get("runtimes", {}).get(params["name"]) or {}
+    options = handler.get("options") or {}
+    ctr = module.get_bin_path("ctr")
+    cmd = (
+        [ctr or "ctr", "--namespace", "gpustack", "run", "--rm"]
+        + ["--snapshotter", spec.get("snapshotter") or "overlayfs"]
+        + ["--runtime", handler.get("runtime_type") or "io.containerd.runc.v2"]
+        + ["--runc-binary", options.get("BinaryName") or params["binary"]]
+        + list(spec.get("ctr_args") or [])
+        + [spec["image"], spec.get("container") or "gpustack-verify", "/bin/sh", "-c",
+           "echo " + RUNTIME_OK]
+    )  # fmt: skip
+    if not ctr:
+        return {"rc": 127, "stdout": "", "stderr": "ctr: not found in PATH", "cmd": cmd,
+                "attempts": 0}  # fmt: skip
+    for attempt in range(1, 4):
+        rc, out, err = module.run_command(cmd)
+        if RUNTIME_OK in out or attempt == 3:
+            return {"rc": rc, "stdout": out, "stderr": err, "cmd": cmd, "attempts": attempt}
+        time.sleep(2)
+
+
+def loaded_check(module, params):
+    """gpustack_containerd_loaded's result: loaded_state, with the binary and the effective
+    configuration's dump where `binary` is given and the test container where `test_container`
+    is (params: LOADED_CHECK_OPTIONS's keys, their defaults filled in)."""
+    state = loaded_state(params["config"], params["socket"], params["marker"])
+    if params["binary"]:
+        rc, out, err = effective_dump(params["config"])  # loaded_state's (once per module run)
+        state.update(
+            binary_exists=os.path.exists(params["binary"]),
+            dump={"rc": rc, "stdout": out, "stderr": err},
+        )
+    if params["test_container"]:
+        state["run"] = test_container(module, params, state)
+    return state

@@ -174,6 +174,14 @@ options:
     type: int
     default: 7200
     description: Seconds O(join) waits (a DKMS build can take many minutes).
+  containerd_loaded:
+    type: dict
+    description:
+      - With O(join), once the transaction succeeded - gpustack_containerd_loaded's check with
+        these options (config, socket, marker, name, binary, test_container) - RV(containerd_loaded).
+        site.yml hands over container_runtime's verify step this way where containerd was wired
+        while the transaction installed the runtime binary - one round trip fewer on the host
+        whose transaction ends last.
 author: gpustack
 """
 
@@ -218,6 +226,11 @@ steps:
     C(apt-get) or C(apt-mark), C(unmask), C(enable), C(holds), C(reads), C(initramfs)); also
     for a failed step. A background transaction's steps come with O(join)'s result.
   type: list
+containerd_loaded:
+  description: gpustack_containerd_loaded's result for O(containerd_loaded), after a transaction
+    that succeeded.
+  type: dict
+  returned: with O(join) and O(containerd_loaded)
 """
 
 import contextlib
@@ -601,6 +614,22 @@ def join(job, timeout):
     return result
 
 
+def containerd_loaded(module, options):
+    """gpustack_containerd_loaded's check, `options` with that module's defaults; imported here:
+    the other calls of this module have no use for it."""
+    from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_containerd import (
+        LOADED_CHECK_OPTIONS,
+        loaded_check,
+    )
+
+    unknown = sorted(set(options) - set(LOADED_CHECK_OPTIONS))
+    if unknown:
+        module.fail_json(msg="containerd_loaded: unknown options %s" % ", ".join(unknown))
+    params = {name: spec["default"] for name, spec in LOADED_CHECK_OPTIONS.items()}
+    params.update((name, value) for name, value in options.items() if value is not None)
+    return loaded_check(module, params)
+
+
 def prepare(module, params):
     """Before the transaction, in the call's own process: the sources' changes committed, then
     gpustack's files written. (result keys, diffs); fails the module on an error."""
@@ -646,6 +675,7 @@ def main():
             job_dir=dict(type="path", default="/var/lib/gpustack/jobs"),
             join=dict(type="path"),
             join_timeout=dict(type="int", default=7200),
+            containerd_loaded=dict(type="dict"),
         ),
         required_one_of=[("packages", "join")],
         supports_check_mode=True,
@@ -656,6 +686,8 @@ def main():
             module.fail_json(msg="reads.commands.%s must be a non-empty argv list" % name)
     if params["join"]:
         result = join(params["join"], params["join_timeout"])
+        if params["containerd_loaded"] is not None and not result.get("failed"):
+            result["containerd_loaded"] = containerd_loaded(module, params["containerd_loaded"])
     else:
         before, diffs = prepare(module, params)
         if params["background"] and not module.check_mode:

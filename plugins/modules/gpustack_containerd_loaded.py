@@ -17,8 +17,9 @@ description:
   - Also reports gpustack's restart-pending marker, written before gpustack changes the files
     and removed after the restart, so a run killed in between is finished by the next one even
     where the CRI plugin cannot be asked.
-  - The logic lives in roles/gpu_preflight/module_utils/gpustack_containerd.py, which
-    gpustack_host_probe shares (section loaded). Read-only; supports check mode.
+  - The logic lives in plugins/module_utils/gpustack_containerd.py, which gpustack_host_probe
+    (section loaded) and gpustack_apt_install (O(containerd_loaded) of a join) share. Read-only;
+    supports check mode.
 options:
   config: {type: path, default: /etc/containerd/config.toml, description: Main configuration.}
   socket: {type: path, default: /run/containerd/containerd.sock, description: containerd's socket.}
@@ -63,72 +64,16 @@ run:
   returned: when test_container is given
 """
 
-import os
-import time
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_containerd import (
-    loaded_state,
+    LOADED_CHECK_OPTIONS,
+    loaded_check,
 )
-from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host import (
-    effective_dump,
-)
-
-OK = "gpustack-runtime-ok"
-
-
-def test_container(module, params, state):
-    """The verify container through the handler the running daemon loaded (skipped: see docs)."""
-    spec = params["test_container"]
-    loaded = state["loaded"]
-    if not spec.get("image") or not state.get("binary_exists"):
-        return {"skipped": True}
-    if loaded.get("available") and params["name"] not in loaded.get("runtimes", {}):
-        return {"skipped": True}
-    handler = loaded.get("runtimes", {}).get(params["name"]) or {}
-    options = handler.get("options") or {}
-    ctr = module.get_bin_path("ctr")
-    cmd = (
-        [ctr or "ctr", "--namespace", "gpustack", "run", "--rm"]
-        + ["--snapshotter", spec.get("snapshotter") or "overlayfs"]
-        + ["--runtime", handler.get("runtime_type") or "io.containerd.runc.v2"]
-        + ["--runc-binary", options.get("BinaryName") or params["binary"]]
-        + list(spec.get("ctr_args") or [])
-        + [spec["image"], spec.get("container") or "gpustack-verify", "/bin/sh", "-c", "echo " + OK]
-    )
-    if not ctr:
-        return {"rc": 127, "stdout": "", "stderr": "ctr: not found in PATH", "cmd": cmd,
-                "attempts": 0}  # fmt: skip
-    for attempt in range(1, 4):
-        rc, out, err = module.run_command(cmd)
-        if OK in out or attempt == 3:
-            return {"rc": rc, "stdout": out, "stderr": err, "cmd": cmd, "attempts": attempt}
-        time.sleep(2)
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            config=dict(type="path", default="/etc/containerd/config.toml"),
-            socket=dict(type="path", default="/run/containerd/containerd.sock"),
-            marker=dict(type="path", default=""),
-            name=dict(type="str", default="nvidia"),
-            binary=dict(type="path", default=""),
-            test_container=dict(type="dict", default={}),
-        ),
-        supports_check_mode=True,
-    )
-    params = module.params
-    state = loaded_state(params["config"], params["socket"], params["marker"])
-    if params["binary"]:
-        rc, out, err = effective_dump(params["config"])  # loaded_state's (once per module run)
-        state.update(
-            binary_exists=os.path.exists(params["binary"]),
-            dump={"rc": rc, "stdout": out, "stderr": err},
-        )
-    if params["test_container"]:
-        state["run"] = test_container(module, params, state)
-    module.exit_json(changed=False, **state)
+    module = AnsibleModule(argument_spec=LOADED_CHECK_OPTIONS, supports_check_mode=True)
+    module.exit_json(changed=False, **loaded_check(module, module.params))
 
 
 if __name__ == "__main__":

@@ -378,3 +378,51 @@ def test_a_background_transaction_regenerates_the_initramfs_before_its_result(tm
     launch = call(tmp_path, background=True, initramfs=spec)
     joined = run_module(MODULE, {"join": launch["job"]}, tmp_path / "join")
     assert joined["initramfs"] == "regenerated" and not os.path.exists(spec["marker"]), joined
+
+
+def joined_with_containerd_check(tmp_path, apt_rc="0", **check) -> dict:
+    """A background transaction joined with containerd_loaded: the fake containerd and ctr of
+    test_containerd_read (TEST DOUBLES), no CRI socket (the configured binary stands in)."""
+    from tests.unit.test_containerd_read import FAKE_CONTAINERD, FAKE_CTR
+
+    selections_file(tmp_path)
+    launch = call(tmp_path, background=True, _env={"FAKE_APT_RC": apt_rc})
+    (tmp_path / "config.toml").write_text("# wired\n")
+    (tmp_path / "nvidia-container-runtime").write_text("")
+    (tmp_path / "ok-from").write_text("1\n")
+    options = {"config": str(tmp_path / "config.toml"), "socket": str(tmp_path / "none.sock"),
+               "binary": str(tmp_path / "nvidia-container-runtime"),
+               "test_container": {"image": "localhost/busybox:1", "container": "gpustack-verify-n1"},
+               **check}  # fmt: skip
+    return run_module(
+        MODULE, {"join": launch["job"], "containerd_loaded": options}, tmp_path / "join",
+        {"containerd": FAKE_CONTAINERD, "ctr": FAKE_CTR}, {"FAKE_CONTAINERD_DIR": str(tmp_path)},
+    )  # fmt: skip
+
+
+def test_join_runs_containerds_loaded_check_after_the_transaction(tmp_path):
+    """site.yml hands container_runtime's verify read to the join (one round trip fewer): the
+    result is gpustack_containerd_loaded's, the test container through the configured binary."""
+    joined = joined_with_containerd_check(tmp_path)
+    assert not joined.get("failed"), joined
+    assert "Setting up gpustack-fixture-driver" in joined["stdout"]
+    check = joined["containerd_loaded"]
+    assert check["binary_exists"] is True and check["restart_needed"] is False
+    assert check["dump"]["stdout"] == "version = 2\n# wired\n"
+    assert check["loaded"]["available"] is False  # no CRI socket here
+    assert check["run"]["rc"] == 0 and "gpustack-runtime-ok" in check["run"]["stdout"]
+    assert (tmp_path / "ctr.log").read_text().split()[-8:] == [
+        "--runc-binary", str(tmp_path / "nvidia-container-runtime"), "localhost/busybox:1",
+        "gpustack-verify-n1", "/bin/sh", "-c", "echo", "gpustack-runtime-ok"]  # fmt: skip
+
+
+def test_a_failed_transaction_runs_no_containerd_check(tmp_path):
+    joined = joined_with_containerd_check(tmp_path, apt_rc="100")
+    assert joined["failed"] is True and "containerd_loaded" not in joined
+    assert not (tmp_path / "ctr.log").exists() and not (tmp_path / "dumps").exists()
+
+
+def test_an_unknown_containerd_check_option_fails_the_join(tmp_path):
+    joined = joined_with_containerd_check(tmp_path, image="busybox")
+    assert joined["failed"] is True
+    assert joined["msg"] == "containerd_loaded: unknown options image"
