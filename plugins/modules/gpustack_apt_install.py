@@ -178,10 +178,10 @@ options:
     type: dict
     description:
       - With O(join), once the transaction succeeded - gpustack_containerd_loaded's check with
-        these options (config, socket, marker, name, binary, test_container) - RV(containerd_loaded).
-        site.yml hands over container_runtime's verify step this way where containerd was wired
-        while the transaction installed the runtime binary - one round trip fewer on the host
-        whose transaction ends last.
+        these options (config, socket, marker, name, binary, test_container), returned as
+        RV(containerd_loaded). site.yml hands over container_runtime's verify step this way where
+        containerd was wired while the transaction installed the runtime binary - one round trip
+        fewer on the host whose transaction ends last.
 author: gpustack
 """
 
