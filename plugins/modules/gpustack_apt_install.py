@@ -182,6 +182,16 @@ options:
         RV(containerd_loaded). site.yml hands over container_runtime's verify step this way where
         containerd was wired while the transaction installed the runtime binary - one round trip
         fewer on the host whose transaction ends last.
+    suboptions:
+      config: {type: path, default: /etc/containerd/config.toml, description: Main configuration.}
+      socket: {type: path, default: /run/containerd/containerd.sock, description: The socket.}
+      marker: {type: path, default: "", description: gpustack's restart-pending marker.}
+      name: {type: str, default: nvidia, description: The runtime handler gpustack adds.}
+      binary: {type: path, default: "", description: The NVIDIA runtime binary.}
+      test_container:
+        type: dict
+        default: {}
+        description: image, snapshotter, ctr_args (list), container, as gpustack_containerd_loaded.
 author: gpustack
 """
 
@@ -244,6 +254,10 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_apt_commit import (
     commit_components,
     commit_source,
+)
+from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_containerd import (
+    LOADED_CHECK_OPTIONS,
+    loaded_check,
 )
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_dpkg import (
     SelectionError,
@@ -614,22 +628,6 @@ def join(job, timeout):
     return result
 
 
-def containerd_loaded(module, options):
-    """gpustack_containerd_loaded's check, `options` with that module's defaults; imported here:
-    the other calls of this module have no use for it."""
-    from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_containerd import (
-        LOADED_CHECK_OPTIONS,
-        loaded_check,
-    )
-
-    unknown = sorted(set(options) - set(LOADED_CHECK_OPTIONS))
-    if unknown:
-        module.fail_json(msg="containerd_loaded: unknown options %s" % ", ".join(unknown))
-    params = {name: spec["default"] for name, spec in LOADED_CHECK_OPTIONS.items()}
-    params.update((name, value) for name, value in options.items() if value is not None)
-    return loaded_check(module, params)
-
-
 def prepare(module, params):
     """Before the transaction, in the call's own process: the sources' changes committed, then
     gpustack's files written. (result keys, diffs); fails the module on an error."""
@@ -675,7 +673,7 @@ def main():
             job_dir=dict(type="path", default="/var/lib/gpustack/jobs"),
             join=dict(type="path"),
             join_timeout=dict(type="int", default=7200),
-            containerd_loaded=dict(type="dict"),
+            containerd_loaded=dict(type="dict", options=LOADED_CHECK_OPTIONS),
         ),
         required_one_of=[("packages", "join")],
         supports_check_mode=True,
@@ -687,7 +685,7 @@ def main():
     if params["join"]:
         result = join(params["join"], params["join_timeout"])
         if params["containerd_loaded"] is not None and not result.get("failed"):
-            result["containerd_loaded"] = containerd_loaded(module, params["containerd_loaded"])
+            result["containerd_loaded"] = loaded_check(module, params["containerd_loaded"])
     else:
         before, diffs = prepare(module, params)
         if params["background"] and not module.check_mode:

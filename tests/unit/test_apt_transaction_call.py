@@ -425,4 +425,4 @@ def test_a_failed_transaction_runs_no_containerd_check(tmp_path):
 def test_an_unknown_containerd_check_option_fails_the_join(tmp_path):
     joined = joined_with_containerd_check(tmp_path, image="busybox")
     assert joined["failed"] is True
-    assert joined["msg"] == "containerd_loaded: unknown options image"
+    assert "Unsupported parameters" in joined["msg"] and "containerd_loaded.image" in joined["msg"]
