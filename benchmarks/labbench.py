@@ -35,6 +35,8 @@ def _private_cache() -> None:
         if not target.exists():
             try:
                 os.link(deb, target)
+            except FileExistsError:
+                pass  # another process seeding the same cache (pytest-xdist workers import this)
             except OSError:
                 shutil.copy2(deb, target)
     os.environ["GPUSTACK_LAB_CACHE"] = str(own)

@@ -50,3 +50,29 @@ def test_turns_on_a_shared_lock():
     spans = {"a": (7.85, 19.48), "b": (7.86, 30.30), "c": (40.0, 45.0)}
     own = run_profile.turns(spans)
     assert {h: round(s, 2) for h, s in own.items()} == {"a": 11.63, "b": 10.82, "c": 5.0}
+
+
+def test_seeding_the_benchmark_cache_tolerates_another_process_seeding_it(tmp_path, monkeypatch):
+    """Two pytest-xdist workers import benchmarks.labbench at once: both find a package missing in
+    the benchmark's cache, one links it first, the other's link finds it there (a clean-clone CI
+    run failed on the copy that followed: "are the same file")."""
+    import os
+
+    from benchmarks import labbench
+
+    (tmp_path / "gpustack/apt-archives").mkdir(parents=True)
+    (tmp_path / "gpustack/apt-archives/pkg_1_amd64.deb").write_text("deb")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.delenv("GPUSTACK_LAB_CACHE", raising=False)
+    monkeypatch.delenv("GPUSTACK_BENCH_CACHE_NAME", raising=False)
+    link = os.link
+
+    def raced(source, target):  # the other worker links first
+        link(source, target)
+        raise FileExistsError(17, "File exists")
+
+    monkeypatch.setattr(labbench.os, "link", raced)
+    labbench._private_cache()
+    seeded = tmp_path / "gpustack-bench/apt-archives/pkg_1_amd64.deb"
+    assert seeded.read_text() == "deb" and seeded.stat().st_nlink == 2
+    assert os.environ["GPUSTACK_LAB_CACHE"] == str(tmp_path / "gpustack-bench")
