@@ -1,0 +1,169 @@
+"""gpustack's module payloads kept between ansible-playbook runs (gpustack/ansible/payloads.py)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpustack.ansible import payloads
+from tests.conftest import ROOT, collections_path
+
+
+def test_gpustacks_modules_import_nothing_outside_the_key():
+    """The key hashes plugins/modules and plugins/module_utils only: a module importing another
+    collection's module_utils could be sent stale. Any import of a collection must be ours."""
+    imports = set()
+    for path in (ROOT / "plugins").rglob("*.py"):
+        imports |= set(re.findall(r"ansible_collections\.(\w+\.\w+)", path.read_text()))
+    assert imports == {"gpustack.gpustack"}
+
+
+def _content(tmp_path: Path) -> Path:
+    root = tmp_path / "content"
+    (root / "plugins" / "modules").mkdir(parents=True)
+    (root / "plugins" / "module_utils").mkdir(parents=True)
+    (root / "plugins" / "modules" / "thing.py").write_text("# module\n")
+    (root / "plugins" / "module_utils" / "util.py").write_text("# util\n")
+    return root
+
+
+def test_the_key_follows_every_module_and_module_util_and_ansibles_version(tmp_path):
+    root = _content(tmp_path)
+    first = payloads.key(root, "2.19.0")
+    assert payloads.key(root, "2.19.0") == first
+    assert payloads.key(root, "2.19.1") != first
+    (root / "plugins" / "module_utils" / "util.py").write_text("# util, changed\n")
+    changed = payloads.key(root, "2.19.0")
+    assert changed != first
+    (root / "plugins" / "modules" / "other.py").write_text("# another module\n")
+    assert payloads.key(root, "2.19.0") not in (first, changed)
+    (root / "plugins" / "filter").mkdir()
+    keyed = payloads.key(root, "2.19.0")
+    (root / "plugins" / "filter" / "f.py").write_text("# a filter: never in a payload\n")
+    assert payloads.key(root, "2.19.0") == keyed
+
+
+class FakeBuild:
+    """Ansible's build step as module_common has it: the per-process cache, built once."""
+
+    def __init__(self, local_tmp: Path):
+        self.local_tmp = local_tmp
+        self.built: list[str] = []
+
+    def __call__(self, *, module_name, module_path, **_):
+        cache = self.local_tmp / "ansiballz_cache"
+        cache.mkdir(parents=True, exist_ok=True)
+        name = cache / f"fqn.{module_name}-ZIP_DEFLATED-none"
+        if not name.exists():
+            self.built.append(module_name)
+            name.write_text(f"payload of {Path(module_path).read_text()}")
+        return name.read_text()
+
+
+@pytest.fixture
+def fake_ansible(tmp_path, monkeypatch):
+    """module_common's build step and per-process temporary directory, faked per 'process'."""
+    from ansible import constants as C
+    from ansible.executor import module_common
+
+    monkeypatch.setattr(module_common, "_get_ansible_module_fqn",
+                        lambda path: f"fqn.{Path(path).stem}")  # fmt: skip
+
+    def new_process(n: int) -> FakeBuild:
+        local_tmp = tmp_path / f"ansible-local-{n}"
+        monkeypatch.setattr(C, "DEFAULT_LOCAL_TMP", str(local_tmp), raising=False)
+        build = FakeBuild(local_tmp)
+        monkeypatch.setattr(module_common, "_find_module_utils", build)
+        return build
+
+    return module_common, new_process
+
+
+def test_a_kept_payload_is_not_built_again_by_the_next_process(tmp_path, fake_ansible):
+    module_common, new_process = fake_ansible
+    root, cache = _content(tmp_path), tmp_path / "cache"
+    module = str(root / "plugins" / "modules" / "thing.py")
+
+    first = new_process(1)
+    kept = payloads.install(root, cache)
+    assert module_common._find_module_utils(module_name="thing", module_path=module) == (
+        "payload of # module\n"
+    )
+    assert first.built == ["thing"]
+    assert [p.name for p in kept.iterdir()] == ["fqn.thing-ZIP_DEFLATED-none"]
+
+    second = new_process(2)
+    assert payloads.install(root, cache) == kept
+    assert module_common._find_module_utils(module_name="thing", module_path=module) == (
+        "payload of # module\n"
+    )
+    assert second.built == []  # taken from the kept one
+
+    # a changed module: another key, built again
+    Path(module).write_text("# module, changed\n")
+    third = new_process(3)
+    assert payloads.install(root, cache) != kept
+    assert module_common._find_module_utils(module_name="thing", module_path=module) == (
+        "payload of # module, changed\n"
+    )
+    assert third.built == ["thing"]
+
+
+def test_modules_outside_gpustacks_collection_are_left_to_ansible(tmp_path, fake_ansible):
+    module_common, new_process = fake_ansible
+    root, cache = _content(tmp_path), tmp_path / "cache"
+    theirs = tmp_path / "library" / "command.py"
+    theirs.parent.mkdir()
+    theirs.write_text("# a user's module\n")
+    for n in (1, 2):
+        build = new_process(n)
+        kept = payloads.install(root, cache)
+        module_common._find_module_utils(module_name="command", module_path=str(theirs))
+        assert build.built == ["command"]  # built by each process, as Ansible does
+        assert list(kept.iterdir()) == []
+
+
+def test_old_keys_are_pruned(tmp_path, fake_ansible):
+    _, new_process = fake_ansible
+    root, cache = _content(tmp_path), tmp_path / "cache"
+    for n in range(payloads.KEEP_KEYS + 2):
+        new_process(n)
+        (root / "plugins" / "modules" / "thing.py").write_text(f"# version {n}\n")
+        newest = payloads.install(root, cache)
+        os.utime(newest, (n, n + 1_000_000))  # mtimes in order, whatever the clock's resolution
+    assert len(list(cache.iterdir())) == payloads.KEEP_KEYS
+    assert newest.is_dir()
+
+
+def test_ansible_playbook_takes_a_kept_payload_in_its_next_run(tmp_path):
+    """Real ansible-playbook through payloads.py, twice: the second run builds no payload of
+    gpustack's module (ANSIBLE_DEBUG shows Ansible's own cache steps) and its module still runs."""
+    playbook = tmp_path / "play.yml"
+    playbook.write_text(
+        "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
+        "    - gpustack.gpustack.gpustack_dpkg_selections:\n"
+        "        names: []\n        selection: hold\n      check_mode: true\n"
+    )
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg"), "ANSIBLE_DEBUG": "1",
+           "ANSIBLE_COLLECTIONS_PATH": str(collections_path()),
+           "ANSIBLE_LOCALHOST_WARNING": "False", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False"}  # fmt: skip
+    command = [sys.executable, "-m", "gpustack.ansible.payloads", "-c", "local", "-i", "localhost,",
+               "-e", f"ansible_python_interpreter={sys.executable}", str(playbook)]  # fmt: skip
+    runs = [
+        subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+        for _ in range(2)
+    ]
+    for run in runs:
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        assert "ok=1" in run.stdout
+    creating = "ANSIBALLZ: Creating module"
+    assert creating in runs[0].stdout
+    assert creating not in runs[1].stdout
+    assert "ANSIBALLZ: using cached module" in runs[1].stdout
+    kept = list((tmp_path / "xdg" / "gpustack" / "ansiballz").glob("*/*gpustack_dpkg_selections*"))
+    assert len(kept) == 1
