@@ -119,8 +119,10 @@ def install(content_root: Path, root: Path | None = None) -> Path | None:
 
 def main(argv: list[str]) -> int:
     from gpustack import paths
+    from gpustack.ansible import jinja_cache
 
     install(paths.content_root())
+    jinja_cache.install()
     from ansible.cli.playbook import main as playbook_main
 
     sys.argv = ["ansible-playbook", *argv]

@@ -1,4 +1,5 @@
-"""gpustack's module payloads kept between ansible-playbook runs (gpustack/ansible/payloads.py)."""
+"""gpustack's module payloads and compiled templates kept between ansible-playbook runs
+(gpustack/ansible/payloads.py, jinja_cache.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from ansible.release import __version__ as ANSIBLE_VERSION
 
-from gpustack.ansible import payloads
+from gpustack.ansible import jinja_cache, payloads
 from tests.conftest import ROOT, collections_path
 
 
@@ -167,3 +169,68 @@ def test_ansible_playbook_takes_a_kept_payload_in_its_next_run(tmp_path):
     assert "ANSIBALLZ: using cached module" in runs[1].stdout
     kept = list((tmp_path / "xdg" / "gpustack" / "ansiballz").glob("*/*gpustack_dpkg_selections*"))
     assert len(kept) == 1
+
+
+JINJA_PLAY = r"""
+- hosts: localhost
+  gather_facts: false
+  vars:
+    who: world
+  tasks:
+    - ansible.builtin.debug:
+        msg: "{{ 'hello ' ~ who | upper }}"
+    - ansible.builtin.debug:
+        msg: "Test\\3; {{ 'a_name' | regex_replace('^(.*)_name$', '\\1') }}"
+    - ansible.builtin.debug:
+        msg: "item {{ item }}"
+      loop: [1, 2, 3]
+      when: item > 1
+    - ansible.builtin.set_fact:
+        size: "{{ who | length }}"
+    - ansible.builtin.assert:
+        that: [size | int == 5, "'or' in who"]
+"""
+
+
+def _jinja_runs(tmp_path: Path, count: int) -> list[subprocess.CompletedProcess]:
+    playbook = tmp_path / "jinja.yml"
+    playbook.write_text(JINJA_PLAY)
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg"),
+           "ANSIBLE_LOCALHOST_WARNING": "False", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False"}  # fmt: skip
+    command = [sys.executable, "-m", "gpustack.ansible.payloads", "-c", "local", "-i", "localhost,",
+               "-e", f"ansible_python_interpreter={sys.executable}", str(playbook)]  # fmt: skip
+    runs = []
+    for _ in range(count):
+        runs.append(subprocess.run(command, capture_output=True, text=True, env=env, timeout=120))
+        assert runs[-1].returncode == 0, runs[-1].stdout[-3000:] + runs[-1].stderr[-3000:]
+    return runs
+
+
+def _spools(tmp_path: Path) -> set[str]:
+    return {p.name for p in (tmp_path / "xdg" / "gpustack" / "jinja").glob("*/*.m")}
+
+
+@pytest.mark.skipif(not ANSIBLE_VERSION.startswith(jinja_cache.SERIES),
+                    reason="the compile cache is only installed for its ansible-core series")  # fmt: skip
+def test_templates_compiled_by_one_run_are_taken_by_the_next_with_the_same_results(tmp_path):
+    """Cold (every template compiled, kept), warm (taken from the cache): the same output, the
+    backslash escaping of YAML-sourced templates included; the warm run compiles nothing new."""
+    (cold,) = _jinja_runs(tmp_path, 1)
+    after_cold = _spools(tmp_path)
+    assert after_cold  # the workers kept what they compiled
+    warm, again = _jinja_runs(tmp_path, 2)
+    assert warm.stdout == cold.stdout == again.stdout
+    assert '"msg": "HELLO WORLD"' not in cold.stdout  # `~` binds looser than `|`
+    assert '"msg": "hello WORLD"' in cold.stdout
+    assert '"msg": "Test\\\\3; a"' in cold.stdout  # \1 reached regex_replace as a backreference
+    assert "item 1" not in cold.stdout and "item 3" in cold.stdout
+    new = _spools(tmp_path) - after_cold
+    assert all(name.startswith("merged-") for name in new), new  # nothing compiled again
+
+
+def test_no_compile_cache_outside_its_ansible_series(tmp_path, monkeypatch):
+    import ansible.release
+
+    monkeypatch.setattr(ansible.release, "__version__", "2.99.0")
+    assert jinja_cache.install(tmp_path) is None
+    assert not any(tmp_path.iterdir())
