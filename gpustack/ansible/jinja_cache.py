@@ -32,6 +32,7 @@ from pathlib import Path
 
 SERIES = ("2.19.",)
 COMPACT_AT = 16  # spool files merged into one at the next start beyond this many
+MAX_BYTES = 32 * 2**20  # beyond this (templates of many gpustack versions): start afresh
 KEEP_KEYS = 4
 
 
@@ -41,9 +42,16 @@ def cache_root() -> Path:
 
 
 def _load(directory: Path) -> dict:
-    """Every entry of every spool file; several files merged into one (atomically) where many."""
+    """Every entry of every spool file; several files merged into one (atomically) where many;
+    none where they grew beyond MAX_BYTES (the key does not change with gpustack's version, so
+    templates of earlier roles stay until then)."""
     cache: dict = {}
     files = sorted(directory.glob("*.m"))
+    with contextlib.suppress(OSError):
+        if sum(path.stat().st_size for path in files) > MAX_BYTES:
+            for path in files:
+                path.unlink(missing_ok=True)
+            return cache
     for path in files:
         with contextlib.suppress(OSError), path.open("rb") as fh:
             while True:

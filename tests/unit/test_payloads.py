@@ -234,3 +234,24 @@ def test_no_compile_cache_outside_its_ansible_series(tmp_path, monkeypatch):
     monkeypatch.setattr(ansible.release, "__version__", "2.99.0")
     assert jinja_cache.install(tmp_path) is None
     assert not any(tmp_path.iterdir())
+
+
+def test_spool_files_are_merged_and_bounded(tmp_path, monkeypatch):
+    import marshal
+
+    directory = tmp_path / "key"
+    directory.mkdir()
+    for n in range(jinja_cache.COMPACT_AT + 1):
+        with (directory / f"{n}.m").open("wb") as fh:
+            fh.write(marshal.dumps((("expression", False, (), "Env", f"x{n}"), b"code")))
+    with (directory / "torn.m").open("wb") as fh:  # a worker killed in the middle of a record
+        fh.write(marshal.dumps((("expression", False, (), "Env", "y"), b"code"))[:-3])
+    cache = jinja_cache._load(directory)
+    assert len(cache) == jinja_cache.COMPACT_AT + 1
+    (merged,) = directory.glob("*.m")
+    assert merged.name.startswith("merged-")
+    assert jinja_cache._load(directory) == cache
+
+    monkeypatch.setattr(jinja_cache, "MAX_BYTES", merged.stat().st_size - 1)
+    assert jinja_cache._load(directory) == {}
+    assert list(directory.iterdir()) == []
