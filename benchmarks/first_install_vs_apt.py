@@ -21,13 +21,20 @@ timed downloads the floor did not make, so it is not counted and runs again once
 (`counted_rounds`). --rounds N repeats on fresh nodes and prints the median. The lab is torn
 down at the end (--keep leaves it).
 
+The controller's caches (~/.cache/gpustack: module payloads and compiled templates, which any
+earlier gpustack run on the controller fills, `plan` included) are used as they are and each
+round says what they held; --cold-controller gives every round empty ones, as on a controller
+that never ran gpustack.
+
     python benchmarks/first_install_vs_apt.py [--rounds 1] [--keep] [--lab NAME] [--top 15]
+        [--cold-controller]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -136,10 +143,14 @@ def installed(ssh: list[str]) -> set[str]:
     return set(proc.stdout.split())
 
 
-def one_round(lab: str, top: int) -> tuple[float, float, float, int]:
+def one_round(lab: str, top: int, cold: bool = False) -> tuple[float, float, float, int]:
     """(gpustack seconds, floor seconds, gpustack seconds outside apt tasks, packages fetched)."""
     inventory = Path(f"/tmp/gpustack-{lab}.ini")
     state = Path(tempfile.mkdtemp(prefix=f"gpustack-{lab}-state-"))
+    env = {"GPUSTACK_STATE_DIR": str(state)}
+    if cold:  # gpustack's payload and template caches empty, as before its first run here
+        env["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix=f"gpustack-{lab}-xdg-")
+    print(f"  controller caches (~/.cache/gpustack: payloads, templates): {controller_caches(env)}")
     labbench.lab_down(lab)  # fresh nodes every round
     labbench.lab_up(lab, 4, inventory)
     containers = labbench.containers(lab, 4)
@@ -152,7 +163,7 @@ def one_round(lab: str, top: int) -> tuple[float, float, float, int]:
     began = time.time()
     seconds, proc = labbench.run(
         [*labbench.GPUSTACK, "install", str(inventory), "-l", ",".join(ours), "-e", f"@{varsfile}",
-         "--output", "json"], env={"GPUSTACK_STATE_DIR": str(state)},
+         "--output", "json"], env=env,
     )  # fmt: skip
     labbench.must(proc, "gpustack install")
     fetched = len(set(apt_cache_dir().glob("*.deb")) - cached)
@@ -184,6 +195,17 @@ def one_round(lab: str, top: int) -> tuple[float, float, float, int]:
     return seconds, floor_s, outside, fetched
 
 
+def controller_caches(env: dict) -> str:
+    """What gpustack's run will find of its caches (gpustack/ansible: payloads, jinja_cache)."""
+    xdg = env.get("XDG_CACHE_HOME") or os.environ.get("XDG_CACHE_HOME")
+    root = Path(xdg) if xdg else Path.home() / ".cache"
+    payloads = len(list((root / "gpustack" / "ansiballz").glob("*/*")))
+    templates = sum(p.stat().st_size for p in (root / "gpustack" / "jinja").glob("*/*.m"))
+    if not payloads and not templates:
+        return "cold (empty)"
+    return f"warm ({payloads} payloads, {templates / 2**20:.1f} MiB of compiled templates)"
+
+
 def counted_rounds(rounds: int, one: Callable[[], tuple[float, float, float, int]]) -> list:
     """`rounds` measured rounds of `one`. A round whose gpustack run fetched packages into the
     cache timed downloads the floor then did not make (it finds them there): it is not counted
@@ -209,9 +231,13 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="leave the lab up")
     parser.add_argument("--lab", default=LAB, help=f"lab name (default {LAB})")
     parser.add_argument("--top", type=int, default=15, help="tasks of the profile to print")
+    parser.add_argument("--cold-controller", action="store_true",
+                        help="empty payload and template caches in every round")  # fmt: skip
     args = parser.parse_args()
     try:
-        measured = counted_rounds(args.rounds, lambda: one_round(args.lab, args.top))
+        measured = counted_rounds(
+            args.rounds, lambda: one_round(args.lab, args.top, args.cold_controller)
+        )
     finally:
         if not args.keep:
             labbench.lab_down(args.lab)
