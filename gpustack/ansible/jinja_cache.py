@@ -30,15 +30,11 @@ import sys
 from functools import partial
 from pathlib import Path
 
+from gpustack.ansible import payloads
+
 SERIES = ("2.19.",)
 COMPACT_AT = 16  # spool files merged into one at the next start beyond this many
 MAX_BYTES = 32 * 2**20  # beyond this (templates of many gpustack versions): start afresh
-KEEP_KEYS = 4
-
-
-def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return Path(base) / "gpustack" / "jinja"
 
 
 def _load(directory: Path) -> dict:
@@ -73,17 +69,6 @@ def _load(directory: Path) -> dict:
     return cache
 
 
-def _prune(root: Path, keep: Path) -> None:
-    with contextlib.suppress(OSError):
-        keep.touch()
-        dirs = sorted((p for p in root.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
-        for stale in dirs[:-KEEP_KEYS]:
-            if stale != keep:
-                for path in stale.iterdir():
-                    path.unlink(missing_ok=True)
-                stale.rmdir()
-
-
 def install(root: Path | None = None) -> Path | None:
     """Wrap the environment's compile steps; the cache directory, or None (not installed)."""
     try:
@@ -98,13 +83,13 @@ def install(root: Path | None = None) -> Path | None:
     fields = getattr(bits, "_TEMPLATE_OVERRIDE_FIELD_NAMES", None)
     if not ansible_version.startswith(SERIES) or None in (environment, context, fields):
         return None
-    name = f"{jinja2.__version__}|{ansible_version}|{sys.version}"
-    directory = (root or cache_root()) / hashlib.sha256(name.encode()).hexdigest()[:24]
+    versions = f"{jinja2.__version__}|{ansible_version}|{sys.version}".encode()
+    directory = (root or payloads.cache_root("jinja")) / hashlib.sha256(versions).hexdigest()[:24]
     try:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError:
         return None
-    _prune(directory.parent, directory)
+    payloads.prune(directory.parent, directory)
     cache = _load(directory)
     spool: dict = {"pid": None, "file": None}
     made: list = []  # code objects compiled by the call in progress (this process)

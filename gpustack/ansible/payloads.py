@@ -35,9 +35,10 @@ from pathlib import Path
 KEEP_KEYS = 4  # key directories kept (one per gpustack and ansible-core version in use)
 
 
-def cache_root() -> Path:
+def cache_root(name: str = "ansiballz") -> Path:
+    """~/.cache/gpustack/NAME ($XDG_CACHE_HOME/gpustack/NAME): this module's, jinja_cache.py's."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return Path(base) / "gpustack" / "ansiballz"
+    return Path(base) / "gpustack" / name
 
 
 def key(content_root: Path, ansible_version: str) -> str:
@@ -60,8 +61,8 @@ def _copy(src: Path, dst: Path) -> None:
     os.replace(part, dst)
 
 
-def _prune(root: Path, keep: Path) -> None:
-    """Key directories beyond the KEEP_KEYS most recently used go."""
+def prune(root: Path, keep: Path) -> None:
+    """Key directories beyond the KEEP_KEYS most recently used go (keep is marked used)."""
     with contextlib.suppress(OSError):
         keep.touch()
         dirs = sorted((p for p in root.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
@@ -87,10 +88,10 @@ def install(content_root: Path, root: Path | None = None) -> Path | None:
     modules = str(content_root / "plugins" / "modules") + os.sep
     kept = (root or cache_root()) / key(content_root, ansible_version)
     try:
-        kept.mkdir(parents=True, exist_ok=True)
+        kept.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError:
         return None
-    _prune(kept.parent, kept)
+    prune(kept.parent, kept)
 
     def wrapped(*args, **kwargs):
         path = kwargs.get("module_path", args[2] if len(args) > 2 else None)
