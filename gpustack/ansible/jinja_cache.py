@@ -10,9 +10,10 @@ install of 2 lab nodes compiled about 1,500 templates, about 2 s of the controll
 Installed by payloads.py in the ansible-playbook process before its workers fork: compiled code
 of a template is looked up by everything its compilation depends on (the source text, whether
 Ansible's lexer escapes backslashes in it, the environment's override fields such as the
-delimiters, the environment's class, and the versions of Jinja, ansible-core and Python in the
-directory's name); a miss compiles as before and appends the code (marshal) to a spool file of
-the worker; the next ansible-playbook loads every spool file before it forks. Only where the
+delimiters, the environment's class, extensions, optimizer, autoescape, finalize and async
+setting, and the versions of Jinja, ansible-core and Python in the directory's name); a miss
+compiles as before and appends the code (marshal) to a spool file of the worker; the next
+ansible-playbook loads every spool file before it forks. Only where the
 template's compilation is a single plain one (no debugging of template sources, no template
 class of the caller's, one code object made); anything else is compiled as before.
 
@@ -108,7 +109,11 @@ def install(root: Path | None = None) -> Path | None:
         current = context.current(optional=True)
         escape = bool(current and current.escape_backslashes)
         overrides = tuple(repr(getattr(env, field)) for field in fields)
-        return (kind, escape, overrides, type(env).__qualname__, str(source))
+        # what else Jinja's parser and code generator read from the environment
+        shape = (type(env).__qualname__, tuple(sorted(env.extensions)), env.optimized,
+                 repr(env.autoescape), getattr(env.finalize, "__qualname__", repr(env.finalize)),
+                 env.is_async)  # fmt: skip
+        return (kind, escape, overrides, shape, str(source))
 
     original_compile = environment._compile
     original_from_string = environment.from_string

@@ -192,10 +192,10 @@ JINJA_PLAY = r"""
 """
 
 
-def _jinja_runs(tmp_path: Path, count: int) -> list[subprocess.CompletedProcess]:
+def _jinja_runs(tmp_path: Path, count: int, **extra: str) -> list[subprocess.CompletedProcess]:
     playbook = tmp_path / "jinja.yml"
     playbook.write_text(JINJA_PLAY)
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg"),
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg"), **extra,
            "ANSIBLE_LOCALHOST_WARNING": "False", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False"}  # fmt: skip
     command = [sys.executable, "-m", "gpustack.ansible.payloads", "-c", "local", "-i", "localhost,",
                "-e", f"ansible_python_interpreter={sys.executable}", str(playbook)]  # fmt: skip
@@ -226,6 +226,12 @@ def test_templates_compiled_by_one_run_are_taken_by_the_next_with_the_same_resul
     assert "item 1" not in cold.stdout and "item 3" in cold.stdout
     new = _spools(tmp_path) - after_cold
     assert all(name.startswith("merged-") for name in new), new  # nothing compiled again
+
+    # A Jinja extension changes what a source compiles to: another key, compiled again.
+    before = _spools(tmp_path)
+    (other,) = _jinja_runs(tmp_path, 1, ANSIBLE_JINJA2_EXTENSIONS="jinja2.ext.loopcontrols")
+    assert other.stdout == cold.stdout
+    assert any(not name.startswith("merged-") for name in _spools(tmp_path) - before)
 
 
 def test_no_compile_cache_outside_its_ansible_series(tmp_path, monkeypatch):
