@@ -20,6 +20,9 @@ builds and loads each payload itself: before its build, a kept one is put where 
 (atomically); after it, a new one is kept (atomically). Any other module (ansible.builtin, a
 user's own) is left to Ansible as before.
 
+It also installs jinja_cache.py (compiled templates kept) and preload.py (plugins loaded once in
+the main process, not in every worker).
+
 Usage (by runner.py only): python -m gpustack.ansible.payloads ARGS...  (ansible-playbook's)
 """
 
@@ -120,10 +123,11 @@ def install(content_root: Path, root: Path | None = None) -> Path | None:
 
 def main(argv: list[str]) -> int:
     from gpustack import paths
-    from gpustack.ansible import jinja_cache
+    from gpustack.ansible import jinja_cache, preload
 
     install(paths.content_root())
     jinja_cache.install()
+    preload.install()
     from ansible.cli.playbook import main as playbook_main
 
     sys.argv = ["ansible-playbook", *argv]

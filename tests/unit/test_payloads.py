@@ -261,3 +261,30 @@ def test_spool_files_are_merged_and_bounded(tmp_path, monkeypatch):
     monkeypatch.setattr(jinja_cache, "MAX_BYTES", merged.stat().st_size - 1)
     assert jinja_cache._load(directory) == {}
     assert list(directory.iterdir()) == []
+
+
+def test_the_plugins_workers_loaded_again_are_loaded_in_the_main_process(tmp_path):
+    """preload.load() after Ansible's plugin loader is set up: the modules of ansible-core's test
+    plugins, gpustack's filter files, the template lookup, the normal action and the module JSON
+    profiles are in sys.modules (a forked worker finds them there instead of loading them)."""
+    script = f"""
+import sys
+from ansible.plugins.loader import init_plugin_loader
+init_plugin_loader([{str(collections_path())!r}])
+before = set(sys.modules)
+from gpustack.ansible import preload
+preload.load()
+for name in sorted(set(sys.modules) - before):
+    print(name)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = done.stdout.split()
+    for stem in ("apt_signed_repo", "container_runtime", "gpu_converged",
+                 "nvidia_container_toolkit", "nvidia_driver", "nvidia_mig"):  # fmt: skip
+        assert f"ansible_collections.gpustack.gpustack.plugins.filter.{stem}" in loaded
+    assert sum(name.startswith("ansible.plugins.test.") for name in loaded) >= 3
+    assert "ansible_collections.ansible.builtin.plugins.lookup.template" in loaded
+    assert "ansible.plugins.action.normal" in loaded
+    assert "ansible.module_utils._internal._json._profiles._module_legacy_c2m" in loaded
