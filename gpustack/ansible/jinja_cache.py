@@ -7,7 +7,7 @@ worker process forked for each task and host, so nothing compiled is ever reused
 install of 2 lab nodes compiled about 1,500 templates, about 2 s of the controller's CPU (about
 10 ms per task and host; docs/performance.md).
 
-Installed by payloads.py in the ansible-playbook process before its workers fork: compiled code
+Installed by launch.py in the ansible-playbook process before its workers fork: compiled code
 of a template is looked up by everything its compilation depends on (the source text, whether
 Ansible's lexer escapes backslashes in it, the environment's override fields such as the
 delimiters, the environment's class, extensions, optimizer, autoescape, finalize and async

@@ -9,8 +9,8 @@ cache in the process's own temporary directory and removes it at exit
 the driver's package transaction: every run paid about 0.6 s of wall time there and the CPU of
 the rest while the host's dpkg needed it (docs/performance.md).
 
-This module runs ansible-playbook (runner.py starts it under childguard.py) with one change:
-payloads of gpustack's own modules (the `gpustack.gpustack` collection, `plugins/modules`) are
+Installed by launch.py (the ansible-playbook runner.py starts under childguard.py): payloads of
+gpustack's own modules (the `gpustack.gpustack` collection, `plugins/modules`) are
 kept under the user's cache directory, in a directory named after a hash of everything that
 goes into them: ansible-core's version, Python's, the content root's path and every file under
 its `plugins/modules` and `plugins/module_utils` (gpustack's modules import nothing else but
@@ -20,10 +20,6 @@ builds and loads each payload itself: before its build, a kept one is put where 
 (atomically); after it, a new one is kept (atomically). Any other module (ansible.builtin, a
 user's own) is left to Ansible as before.
 
-It also installs jinja_cache.py (compiled templates kept) and preload.py (plugins loaded once in
-the main process, not in every worker).
-
-Usage (by runner.py only): python -m gpustack.ansible.payloads ARGS...  (ansible-playbook's)
 """
 
 from __future__ import annotations
@@ -119,21 +115,3 @@ def install(content_root: Path, root: Path | None = None) -> Path | None:
 
     module_common._find_module_utils = wrapped
     return kept
-
-
-def main(argv: list[str]) -> int:
-    from gpustack import paths
-    from gpustack.ansible import jinja_cache, preload
-
-    install(paths.content_root())
-    jinja_cache.install()
-    preload.install()
-    from ansible.cli.playbook import main as playbook_main
-
-    sys.argv = ["ansible-playbook", *argv]
-    playbook_main()  # exits with ansible-playbook's code
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))

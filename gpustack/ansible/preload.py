@@ -9,7 +9,7 @@ module_utils they import, about 0.33 s of the workers' 4.7 s (docs/performance.m
 session"). Loaded before the play's workers fork, they are inherited: Ansible's loader takes a
 plugin module it finds in `sys.modules`.
 
-Installed by payloads.py: TaskQueueManager.run (the main process, once per play, before its
+Installed by launch.py: TaskQueueManager.run (the main process, once per play, before its
 strategy forks any worker) loads them first. Each load is best effort: one this ansible-core does
 not have is left to the workers, as before.
 """

@@ -145,13 +145,13 @@ def _secret_vars(data_dir: Path, variables: dict) -> tuple[dict, Path | None]:
 
 def _guard(data_dir: Path, playbook: Path) -> Path:
     """ansible-playbook under childguard.py, so it dies with this process (SIGKILL too), with
-    gpustack's module payloads kept between runs (payloads.py).
+    what every run did again done once (launch.py: payloads, templates, plugins).
     ansible-runner passes every option to a custom binary but not the playbook: the shim adds it."""
     shim = data_dir / "ansible-playbook-guarded"
     python = shlex.quote(sys.executable)
     shim.write_text(
         f"#!/bin/sh\nexec {python} -m gpustack.ansible.childguard "
-        f'{python} -m gpustack.ansible.payloads "$@" {shlex.quote(str(playbook))}\n',
+        f'{python} -m gpustack.ansible.launch "$@" {shlex.quote(str(playbook))}\n',
         encoding="utf-8",
     )
     shim.chmod(0o755)

@@ -143,7 +143,7 @@ def test_old_keys_are_pruned(tmp_path, fake_ansible):
 
 
 def test_ansible_playbook_takes_a_kept_payload_in_its_next_run(tmp_path):
-    """Real ansible-playbook through payloads.py, twice: the second run builds no payload of
+    """Real ansible-playbook through launch.py, twice: the second run builds no payload of
     gpustack's module (ANSIBLE_DEBUG shows Ansible's own cache steps) and its module still runs."""
     playbook = tmp_path / "play.yml"
     playbook.write_text(
@@ -154,7 +154,7 @@ def test_ansible_playbook_takes_a_kept_payload_in_its_next_run(tmp_path):
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg"), "ANSIBLE_DEBUG": "1",
            "ANSIBLE_COLLECTIONS_PATH": str(collections_path()),
            "ANSIBLE_LOCALHOST_WARNING": "False", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False"}  # fmt: skip
-    command = [sys.executable, "-m", "gpustack.ansible.payloads", "-c", "local", "-i", "localhost,",
+    command = [sys.executable, "-m", "gpustack.ansible.launch", "-c", "local", "-i", "localhost,",
                "-e", f"ansible_python_interpreter={sys.executable}", str(playbook)]  # fmt: skip
     runs = [
         subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
@@ -197,7 +197,7 @@ def _jinja_runs(tmp_path: Path, count: int, **extra: str) -> list[subprocess.Com
     playbook.write_text(JINJA_PLAY)
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg"), **extra,
            "ANSIBLE_LOCALHOST_WARNING": "False", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False"}  # fmt: skip
-    command = [sys.executable, "-m", "gpustack.ansible.payloads", "-c", "local", "-i", "localhost,",
+    command = [sys.executable, "-m", "gpustack.ansible.launch", "-c", "local", "-i", "localhost,",
                "-e", f"ansible_python_interpreter={sys.executable}", str(playbook)]  # fmt: skip
     runs = []
     for _ in range(count):
