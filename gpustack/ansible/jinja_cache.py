@@ -13,9 +13,9 @@ Ansible's lexer escapes backslashes in it, the environment's override fields suc
 delimiters, the environment's class, extensions, optimizer, autoescape, finalize and async
 setting, and the versions of Jinja, ansible-core and Python in the directory's name); a miss
 compiles as before and appends the code (marshal) to a spool file of the worker; the next
-ansible-playbook loads every spool file before it forks. Only where the
-template's compilation is a single plain one (no debugging of template sources, no template
-class of the caller's, one code object made); anything else is compiled as before.
+ansible-playbook loads every spool file before it forks. Only where the template's compilation is
+a single plain one (no debugging of template sources, no template class of the caller's, one
+code object made); anything else is compiled as before.
 
 Only for the ansible-core series whose internals this was written against (SERIES): elsewhere
 nothing is installed and Ansible compiles as it does.

@@ -1,4 +1,4 @@
-"""ansible-playbook with gpustack's module payloads kept between runs.
+"""gpustack's module payloads kept between ansible-playbook runs.
 
 Before Ansible sends a module to a host it builds the module's AnsiballZ payload (the module and
 every module_utils file it imports, zipped): about 0.15 s of the controller's CPU per module on
@@ -10,8 +10,8 @@ the driver's package transaction: every run paid about 0.6 s of wall time there 
 the rest while the host's dpkg needed it (docs/performance.md).
 
 Installed by launch.py (the ansible-playbook runner.py starts under childguard.py): payloads of
-gpustack's own modules (the `gpustack.gpustack` collection, `plugins/modules`) are
-kept under the user's cache directory, in a directory named after a hash of everything that
+gpustack's own modules (the `gpustack.gpustack` collection, `plugins/modules`) are kept under the
+user's cache directory, in a directory named after a hash of everything that
 goes into them: ansible-core's version, Python's, the content root's path and every file under
 its `plugins/modules` and `plugins/module_utils` (gpustack's modules import nothing else but
 ansible-core's module_utils; tests/unit/test_payloads.py holds them to that). A changed module
@@ -19,7 +19,6 @@ or module_utils file makes a new key, so a payload is never older than its sourc
 builds and loads each payload itself: before its build, a kept one is put where it looks
 (atomically); after it, a new one is kept (atomically). Any other module (ansible.builtin, a
 user's own) is left to Ansible as before.
-
 """
 
 from __future__ import annotations
