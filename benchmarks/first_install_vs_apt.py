@@ -45,6 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import labbench, run_profile
+from gpustack.ansible.payloads import cache_root
 from gpustack.lab.images import apt_cache_dir
 from tests.fixtures import lab_fixtures
 
@@ -197,10 +198,9 @@ def one_round(lab: str, top: int, cold: bool = False) -> tuple[float, float, flo
 
 def controller_caches(env: dict) -> str:
     """What gpustack's run will find of its caches (gpustack/ansible: payloads, jinja_cache)."""
-    xdg = env.get("XDG_CACHE_HOME") or os.environ.get("XDG_CACHE_HOME")
-    root = Path(xdg) if xdg else Path.home() / ".cache"
-    payloads = len(list((root / "gpustack" / "ansiballz").glob("*/*")))
-    templates = sum(p.stat().st_size for p in (root / "gpustack" / "jinja").glob("*/*.m"))
+    environ = {**os.environ, **env}
+    payloads = len(list(cache_root("ansiballz", environ).glob("*/*")))
+    templates = sum(p.stat().st_size for p in cache_root("jinja", environ).glob("*/*.m"))
     if not payloads and not templates:
         return "cold (empty)"
     return f"warm ({payloads} payloads, {templates / 2**20:.1f} MiB of compiled templates)"

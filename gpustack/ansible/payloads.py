@@ -28,14 +28,15 @@ import hashlib
 import os
 import shutil
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 KEEP_KEYS = 4  # key directories kept (one per gpustack and ansible-core version in use)
 
 
-def cache_root(name: str = "ansiballz") -> Path:
+def cache_root(name: str = "ansiballz", environ: Mapping[str, str] = os.environ) -> Path:
     """~/.cache/gpustack/NAME ($XDG_CACHE_HOME/gpustack/NAME): this module's, jinja_cache.py's."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    base = environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
     return Path(base) / "gpustack" / name
 
 
