@@ -6,7 +6,8 @@ ansible-core's own CLI runs, in this process (inherited by every worker it forks
 * payloads.py: the AnsiballZ payloads of gpustack's modules kept between runs;
 * jinja_cache.py: compiled templates kept between workers and runs (ansible-core 2.19);
 * preload.py: the plugins each worker loaded again, loaded once per play before they fork;
-* skips.py: a task whose `when` is false skipped in this process, without forking a worker.
+* inline.py: a false condition, and a task that never leaves the controller, run in this
+  process instead of a forked worker.
 
 Each is best effort: where this ansible-core lacks what it wraps, Ansible runs as it is.
 
@@ -18,14 +19,14 @@ from __future__ import annotations
 import sys
 
 from gpustack import paths
-from gpustack.ansible import jinja_cache, payloads, preload, skips
+from gpustack.ansible import inline, jinja_cache, payloads, preload
 
 
 def main(argv: list[str]) -> int:
     payloads.install(paths.content_root())
     jinja_cache.install()
     preload.install()
-    skips.install()
+    inline.install()
     from ansible.cli.playbook import main as playbook_main
 
     sys.argv = ["ansible-playbook", *argv]

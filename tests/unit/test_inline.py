@@ -1,5 +1,6 @@
-"""Tasks whose `when` is false skipped in ansible-playbook's main process (gpustack/ansible/skips.py):
-what callbacks, registered variables and handlers see is what they saw when a worker skipped them."""
+"""Tasks ansible-playbook's main process runs itself (gpustack/ansible/inline.py): false conditions
+and controller-side actions. What callbacks, registered variables, facts and handlers see is what
+they saw when a worker ran them."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from pathlib import Path
 import pytest
 from ansible.release import __version__ as ANSIBLE_VERSION
 
-from gpustack.ansible import skips
+from gpustack.ansible import inline
 
 pytestmark = pytest.mark.skipif(
-    not ANSIBLE_VERSION.startswith(skips.SERIES),
+    not ANSIBLE_VERSION.startswith(inline.SERIES),
     reason="installed only for the ansible-core series it was written against",
 )
 
@@ -133,6 +134,51 @@ PLAY = """
         that:
           - plain is skipped
           - plain.false_condition == 'flag'
+    - name: a fact, from the controller
+      ansible.builtin.set_fact:
+        noted: "{{ inventory_hostname ~ '-' ~ ('x' | pidnote) }}"
+        kept: 1
+        cacheable: true
+      register: fact_result
+    - name: a failing assertion
+      ansible.builtin.assert:
+        that: [noted == 'nobody']
+        fail_msg: not {{ noted }}
+      ignore_errors: true
+    - name: a fail, per host
+      ansible.builtin.fail:
+        msg: failing on {{ inventory_hostname }}
+      when: inventory_hostname == 'h1'
+      ignore_errors: true
+    - name: debug a variable
+      ansible.builtin.debug:
+        var: fact_result
+    - name: a hidden debug
+      ansible.builtin.debug:
+        msg: "{{ noted }}"
+      no_log: true
+    - name: variables from a file
+      ansible.builtin.include_vars:
+        file: extra.yml
+    - name: an include that runs
+      ansible.builtin.include_tasks: other.yml
+      when: from_file == 'yes'
+    - name: a role with an argument spec
+      ansible.builtin.include_role:
+        name: specced
+      vars:
+        specced_size: 3
+    - name: a block whose keyword depends on the host
+      no_log: "{{ inventory_hostname == 'h1' }}"
+      block:
+        - name: hidden on h1 only
+          ansible.builtin.debug:
+            msg: shown on {{ inventory_hostname }}
+    - name: changed on demand
+      ansible.builtin.debug:
+        msg: "{{ kept + specced_doubled | int }}"
+      changed_when: true
+      notify: a handler that runs
     - name: notify
       ansible.builtin.command: "true"
       changed_when: true
@@ -141,6 +187,9 @@ PLAY = """
     - name: a handler
       ansible.builtin.debug: {msg: handler}
       when: flag
+    - name: a handler that runs
+      ansible.builtin.set_fact:
+        handled: true
 """
 
 
@@ -151,6 +200,16 @@ def _run(tmp_path: Path, name: str, launcher: list[str]) -> dict:
     (tmp_path / "filter" / "pidnote.py").write_text(FILTER)
     (tmp_path / "play.yml").write_text(PLAY)
     (tmp_path / "other.yml").write_text("- ansible.builtin.debug: {msg: included}\n")
+    (tmp_path / "extra.yml").write_text("from_file: 'yes'\n")
+    role = tmp_path / "roles" / "specced"
+    (role / "meta").mkdir(parents=True, exist_ok=True)
+    (role / "tasks").mkdir(exist_ok=True)
+    (role / "meta" / "argument_specs.yml").write_text(
+        "argument_specs:\n  main:\n    options:\n      specced_size: {type: int, required: true}\n"
+    )
+    (role / "tasks" / "main.yml").write_text(
+        "- ansible.builtin.set_fact:\n    specced_doubled: '{{ specced_size * 2 }}'\n"
+    )
     (tmp_path / "inv.ini").write_text(
         f"h1 ansible_connection=local ansible_python_interpreter={sys.executable}\n"
         f"h2 ansible_connection=local ansible_host=127.0.0.2"
@@ -183,7 +242,7 @@ def _comparable(rows: list[dict]) -> list[dict]:
     return sorted(rows, key=lambda r: json.dumps(r, sort_keys=True))
 
 
-def test_callbacks_see_the_same_results_and_the_condition_ran_in_the_main_process(tmp_path):
+def test_callbacks_see_the_same_results_and_the_main_process_ran_them(tmp_path):
     plain = _run(tmp_path, "plain", [sys.executable, "-m", "ansible.cli.playbook"])
     ours = _run(tmp_path, "ours", [sys.executable, "-m", "gpustack.ansible.launch"])
 
@@ -196,14 +255,36 @@ def test_callbacks_see_the_same_results_and_the_condition_ran_in_the_main_proces
     assert kinds[("h2", "a connection variable from the play context")] == "ok"
     assert kinds[("h1", "an undefined variable")] == "failed"
     assert kinds[("h1", "what was registered")] == "ok"
-    assert '"msg": "included"' not in plain["stdout"] and '"msg": "handler"' not in plain["stdout"]
-    assert ("h1", "a handler") in kinds and ("h1", "second in block") in kinds
-    skipped = [r for r in ours["rows"] if r["kind"] == "skipped" and r["task"] == "secret"]
-    assert skipped and all(r["result"].get("_ansible_no_log") for r in skipped)
+    assert kinds[("h1", "an include")] == "skipped"
+    assert kinds[("h1", "a failing assertion")] == "failed"
+    assert kinds[("h1", "a fail, per host")] == "failed"
+    assert kinds[("h2", "a fail, per host")] == "skipped"
+    assert kinds[("h1", "a handler that runs")] == "ok"
+    assert kinds[("h1", "a handler")] == "skipped"
+    assert kinds[("h1", "second in block")] == "skipped"
+    assert '"msg": "handler"' not in plain["stdout"]
+    assert plain["stdout"].count('"msg": "included"') == 2  # the include that runs, on each host
+    assert plain["stdout"].count('"msg": 7') == 2  # kept + specced_doubled, through the role
+    for task in ("secret", "a hidden debug"):
+        rows = [r for r in ours["rows"] if r["task"] == task and r["kind"] != "start"]
+        assert len(rows) == 2 and all(r["result"].get("_ansible_no_log") for r in rows)
+    hidden = {r["host"]: r["result"].get("_ansible_no_log") for r in ours["rows"]
+              if r["task"] == "hidden on h1 only" and "result" in r}  # fmt: skip
+    assert hidden == {"h1": True, "h2": False}  # each host post-validated the block for itself
+    facts = [
+        r["result"]
+        for r in ours["rows"]
+        if r["task"] == "a fact, from the controller" and "result" in r
+    ]
+    assert {f["ansible_facts"]["noted"] for f in facts if "ansible_facts" in f} == {
+        "h1-False",
+        "h2-False",
+    }
 
-    # Without the hook each host's worker evaluated the condition; with it, the main process.
-    assert len(plain["pids"]) == 2 and plain["pid"] not in plain["pids"]
-    assert ours["pids"] == [ours["pid"], ours["pid"]]
+    # Without the hook each host's worker evaluated the filter (a condition, a set_fact); with it,
+    # the main process.
+    assert len(plain["pids"]) == 4 and plain["pid"] not in plain["pids"]
+    assert ours["pids"] == [ours["pid"]] * 4
 
 
 def test_not_installed_outside_its_ansible_series(monkeypatch):
@@ -212,5 +293,5 @@ def test_not_installed_outside_its_ansible_series(monkeypatch):
 
     before = StrategyBase._queue_task
     monkeypatch.setattr(ansible.release, "__version__", "2.99.0")
-    assert skips.install() is False
+    assert inline.install() is False
     assert StrategyBase._queue_task is before
