@@ -3,10 +3,13 @@
 
 from __future__ import annotations
 
+import base64
+import io
 import os
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -142,16 +145,84 @@ def test_old_keys_are_pruned(tmp_path, fake_ansible):
     assert newest.is_dir()
 
 
+def _zip(files: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+    return base64.b64encode(out.getvalue())
+
+
+def _members(zip_data: bytes) -> dict[str, bytes]:
+    with zipfile.ZipFile(io.BytesIO(base64.b64decode(zip_data))) as zf:
+        return {name: zf.read(name) for name in zf.namelist()}
+
+
+# Imports pkg.mod from the zip given as argv[1] and prints its X and the payload files compiled
+# from source on the way (the "compile" audit event, which zipimport's source path raises).
+IMPORT_FROM_ZIP = """
+import sys
+compiled = []
+sys.addaudithook(lambda event, args: event == "compile" and compiled.append(args[1]))
+sys.path.insert(0, sys.argv[1])
+from pkg import mod
+print(mod.X, sorted({str(name).rsplit("/", 2)[-1] for name in compiled if ".zip" in str(name)}))
+"""
+
+
+def _import_from(tmp_path: Path, members: dict[str, bytes]) -> str:
+    archive = tmp_path / "payload.zip"
+    archive.write_bytes(base64.b64decode(_zip(members)))
+    run = subprocess.run([sys.executable, "-c", IMPORT_FROM_ZIP, str(archive)],
+                         capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    return run.stdout.strip()
+
+
+def test_bytecode_beside_each_source_is_what_the_host_imports(tmp_path):
+    plain = {"pkg/__init__.py": b"", "pkg/mod.py": b"X = 1\n"}
+    assert _import_from(tmp_path, plain) == "1 ['__init__.py', 'mod.py']"  # compiled on the host
+    with_bytecode = payloads.add_bytecode(_zip(plain))
+    members = _members(with_bytecode)
+    assert sorted(members) == ["pkg/__init__.py", "pkg/__init__.pyc", "pkg/mod.py", "pkg/mod.pyc"]
+    assert members["pkg/mod.py"] == b"X = 1\n"  # the sources stay
+    assert _import_from(tmp_path, members) == "1 []"  # nothing compiled on the host
+    assert payloads.add_bytecode(with_bytecode) is None  # has bytecode already
+
+
+def test_bytecode_the_host_cannot_trust_is_ignored(tmp_path):
+    members = _members(
+        payloads.add_bytecode(_zip({"pkg/__init__.py": b"", "pkg/mod.py": b"X = 1\n"}))
+    )
+    # a .py that is not the one compiled: the hash differs, the .py is imported
+    assert _import_from(tmp_path, {**members, "pkg/mod.py": b"X = 2\n"}) == "2 ['mod.py']"
+    # another Python's magic number: ignored as well
+    foreign = {**members, "pkg/mod.pyc": b"\x00\x00\r\n" + members["pkg/mod.pyc"][4:]}
+    assert _import_from(tmp_path, foreign) == "1 ['mod.py']"
+
+
 def test_ansible_playbook_takes_a_kept_payload_in_its_next_run(tmp_path):
     """Real ansible-playbook through launch.py, twice: the second run builds no payload of
-    gpustack's module (ANSIBLE_DEBUG shows Ansible's own cache steps) and its module still runs."""
+    gpustack's module (ANSIBLE_DEBUG shows Ansible's own cache steps) and its module still runs.
+    Neither run compiles the payload's Python files where the module runs (the local connection,
+    the controller's Python: its bytecode is taken); with GPUSTACK_PAYLOAD_BYTECODE=0 it does."""
     playbook = tmp_path / "play.yml"
     playbook.write_text(
         "- hosts: localhost\n  gather_facts: false\n  tasks:\n"
         "    - gpustack.gpustack.gpustack_dpkg_selections:\n"
         "        names: []\n        selection: hold\n      check_mode: true\n"
     )
+    hook = tmp_path / "hook"  # the module's process records what it compiles from the payload
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import sys\n"
+        "def _note(event, args):\n"
+        "    if event == 'compile' and '_payload.zip' in str(args[1]):\n"
+        f"        with open({str(tmp_path / 'compiled')!r}, 'a') as fh:\n"
+        "            fh.write(str(args[1]) + '\\n')\n"
+        "sys.addaudithook(_note)\n"
+    )
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg"), "ANSIBLE_DEBUG": "1",
+           "PYTHONPATH": os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]),
            "ANSIBLE_COLLECTIONS_PATH": str(collections_path()),
            "ANSIBLE_LOCALHOST_WARNING": "False", "ANSIBLE_INVENTORY_UNPARSED_WARNING": "False"}  # fmt: skip
     command = [sys.executable, "-m", "gpustack.ansible.launch", "-c", "local", "-i", "localhost,",
@@ -169,6 +240,15 @@ def test_ansible_playbook_takes_a_kept_payload_in_its_next_run(tmp_path):
     assert "ANSIBALLZ: using cached module" in runs[1].stdout
     kept = list((tmp_path / "xdg" / "gpustack" / "ansiballz").glob("*/*gpustack_dpkg_selections*"))
     assert len(kept) == 1
+    assert not (tmp_path / "compiled").exists()
+
+    plain = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                           env={**env, "GPUSTACK_PAYLOAD_BYTECODE": "0"})  # fmt: skip
+    assert plain.returncode == 0, plain.stdout[-3000:] + plain.stderr[-3000:]
+    assert creating in plain.stdout  # another key
+    compiled = (tmp_path / "compiled").read_text().splitlines()
+    assert any(name.endswith("/ansible/module_utils/basic.py") for name in compiled)
+    assert any(name.endswith("/gpustack_dpkg_selections.py") for name in compiled)
 
 
 JINJA_PLAY = r"""
