@@ -3,7 +3,7 @@
 runner.py starts this under childguard.py instead of the `ansible-playbook` script. Before
 ansible-core's own CLI runs, in this process (inherited by every worker it forks):
 
-* payloads.py: the AnsiballZ payloads of gpustack's modules kept between runs;
+* payloads.py: the AnsiballZ payloads of gpustack's modules kept between runs, with bytecode;
 * jinja_cache.py: compiled templates kept between workers and runs (ansible-core 2.19);
 * preload.py: the plugins each worker loaded again, loaded once per play before they fork;
 * inline.py: a false condition, and a task that never leaves the controller, run in this
