@@ -42,6 +42,7 @@ def test_the_key_follows_every_module_and_module_util_and_ansibles_version(tmp_p
     first = payloads.key(root, "2.19.0")
     assert payloads.key(root, "2.19.0") == first
     assert payloads.key(root, "2.19.1") != first
+    assert payloads.key(root, "2.19.0", payloads.PLAIN) != first  # without bytecode: another key
     (root / "plugins" / "module_utils" / "util.py").write_text("# util, changed\n")
     changed = payloads.key(root, "2.19.0")
     assert changed != first
