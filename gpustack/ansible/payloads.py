@@ -74,11 +74,15 @@ def key(content_root: Path, ansible_version: str, form: str = BYTECODE) -> str:
     return digest.hexdigest()[:24]
 
 
-def _copy(src: Path, dst: Path) -> None:
-    """src to dst atomically: a reader sees no file or the whole file."""
+def _replace(dst: Path, write) -> None:
+    """dst written by write(part) atomically: a reader sees the old file (or none) or the new."""
     part = dst.with_name(f".{dst.name}.{os.getpid()}.part")
-    shutil.copyfile(src, part)
+    write(part)
     os.replace(part, dst)
+
+
+def _copy(src: Path, dst: Path) -> None:
+    _replace(dst, lambda part: shutil.copyfile(src, part))
 
 
 def pyc(source: bytes, name: str) -> bytes:
@@ -118,10 +122,7 @@ def _with_bytecode(path: Path) -> bool:
     if zip_data is None:
         return False
     cached = dataclasses.replace(cached, zip_data=zip_data)
-    part = path.with_name(f".{path.name}.{os.getpid()}.part")
-    with part.open("wb") as fh:
-        pickle.dump(cached, fh)
-    os.replace(part, path)
+    _replace(path, lambda part: part.write_bytes(pickle.dumps(cached)))
     return True
 
 
