@@ -1,0 +1,302 @@
+"""Real cluster components built from their Go modules, pinned here and kept in a cache.
+
+The lab's Kubernetes (kube-apiserver, kube-controller-manager, kube-scheduler, kubelet), etcd
+and kwok are built from the Go module proxy at the versions below: this module is the one place
+that pins them. A build happens once per (component, version, Go version) and lands in
+`cache_root()/<name>-<version>-<go version>/`, with `bin/` and `build.json` (build time, peak
+memory, sizes); the lab, the test suites, CI and developers reuse it and rebuild only when it
+is missing.
+
+`k8s.io/kubernetes` cannot be installed with `go install`: its go.mod replaces the `k8s.io/*`
+staging modules with `./staging/...` paths. It is built through a wrapper module that requires
+it and maps each staging module to its published `v0.<minor>.<patch>` release.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import resource
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gpustack.errors import LabError
+
+KUBERNETES_VERSION = "1.36.3"
+ETCD_VERSION = "3.6.16"
+KWOK_VERSION = "0.8.0"
+
+CACHE_ENV = "GPUSTACK_COMPONENTS_CACHE"
+
+
+@dataclass(frozen=True)
+class GoComponent:
+    """What to build: a module at a version, the packages whose binaries we keep."""
+
+    name: str
+    version: str
+    module: str  # the module the wrapper requires
+    packages: tuple[str, ...]  # import paths of the main packages
+    ldflags: tuple[str, ...] = ()
+    cgo: bool = False
+    # Extra go.mod lines for the wrapper, computed from the required module's own go.mod.
+    replaces: Callable[[str], list[str]] | None = field(default=None, compare=False)
+
+    @property
+    def binaries(self) -> tuple[str, ...]:
+        return tuple(p.rstrip("/").rsplit("/", 1)[-1] for p in self.packages)
+
+
+def _kubernetes_replaces(gomod: str) -> list[str]:
+    """`k8s.io/api => ./staging/src/k8s.io/api` -> `k8s.io/api => k8s.io/api v0.36.3`."""
+    minor_patch = KUBERNETES_VERSION.split(".", 1)[1]
+    names = sorted(set(re.findall(r"^\s*(k8s\.io/[\w.-]+) => \./staging/", gomod, re.M)))
+    if not names:
+        raise LabError(
+            f"k8s.io/kubernetes v{KUBERNETES_VERSION}'s go.mod names no staging module",
+            "the module's layout changed; see gpustack/lab/components.py",
+        )
+    return [f"replace {name} => {name} v0.{minor_patch}" for name in names]
+
+
+def _kubernetes_ldflags() -> tuple[str, ...]:
+    major, minor, _ = KUBERNETES_VERSION.split(".")
+    version = f"v{KUBERNETES_VERSION}"
+    base = "k8s.io/component-base/version"
+    return (
+        f"-X {base}.gitVersion={version}",
+        f"-X {base}.gitMajor={major}",
+        f"-X {base}.gitMinor={minor}",
+        f"-X {base}.gitTreeState=clean",
+        f"-X {base}.buildDate=1970-01-01T00:00:00Z",
+        f"-X k8s.io/client-go/pkg/version.gitVersion={version}",
+    )
+
+
+KUBERNETES = GoComponent(
+    name="kubernetes",
+    version=KUBERNETES_VERSION,
+    module="k8s.io/kubernetes",
+    packages=(
+        "k8s.io/kubernetes/cmd/kube-apiserver",
+        "k8s.io/kubernetes/cmd/kube-controller-manager",
+        "k8s.io/kubernetes/cmd/kube-scheduler",
+        "k8s.io/kubernetes/cmd/kubelet",
+    ),
+    ldflags=_kubernetes_ldflags(),
+    replaces=_kubernetes_replaces,
+)
+
+ETCD = GoComponent(
+    name="etcd",
+    version=ETCD_VERSION,
+    module="go.etcd.io/etcd/server/v3",
+    # etcdmain is etcd's own main package (go.etcd.io/etcd/server/v3/etcdmain.Main); the
+    # wrapper's main calls it, so the binary is the etcd server etcd's release ships.
+    packages=("gpustack.local/build/etcd",),
+    ldflags=(),
+)
+
+KWOK = GoComponent(
+    name="kwok",
+    version=KWOK_VERSION,
+    module="sigs.k8s.io/kwok",
+    packages=("sigs.k8s.io/kwok/cmd/kwok",),
+)
+
+COMPONENTS: dict[str, GoComponent] = {c.name: c for c in (KUBERNETES, ETCD, KWOK)}
+
+# The wrapper's own main packages (etcd has no main package in a module of its own).
+_WRAPPER_MAINS = {
+    "etcd": (
+        "etcd",
+        'package main\n\nimport (\n\t"os"\n\n\t"go.etcd.io/etcd/server/v3/etcdmain"\n)\n\n'
+        "func main() { etcdmain.Main(os.Args) }\n",
+    ),
+}
+
+
+def cache_root() -> Path:
+    """Where built components are kept: $GPUSTACK_COMPONENTS_CACHE, else /var/cache/gpustack/
+    components for root, else ~/.cache/gpustack/components."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    if os.geteuid() == 0:
+        return Path("/var/cache/gpustack/components")
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(base) / "gpustack" / "components"
+
+
+def go_version(go: str = "go") -> str:
+    """The Go toolchain's version, e.g. `go1.26.8` (GOTOOLCHAIN respected)."""
+    try:
+        proc = subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True, check=True)
+    except FileNotFoundError as exc:
+        raise LabError(
+            "Go is not installed: the lab's Kubernetes is built from Go modules",
+            "install Go 1.26 or newer (https://go.dev/dl, or Debian's golang-1.26-go) "
+            "and put `go` on the PATH",
+        ) from exc
+    except subprocess.CalledProcessError as exc:
+        raise LabError(
+            f"`go env GOVERSION` failed: {exc.stderr.strip()}", "check the Go install"
+        ) from exc
+    return proc.stdout.strip()
+
+
+def component_dir(component: GoComponent, go: str | None = None) -> Path:
+    return cache_root() / f"{component.name}-{component.version}-{go or go_version()}"
+
+
+def cached(component: GoComponent, go: str | None = None) -> Path | None:
+    """The component's bin/ directory when every binary is there, else None."""
+    bindir = component_dir(component, go) / "bin"
+    if (
+        all((bindir / b).is_file() for b in component.binaries)
+        and (bindir.parent / "build.json").is_file()
+    ):
+        return bindir
+    return None
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # a second build of the same component waits
+        yield
+
+
+def _go(args: list[str], cwd: Path, env: dict[str, str], what: str) -> None:
+    proc = subprocess.run(["go", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+        raise LabError(
+            f"building {what} failed (`go {' '.join(args[:2])}` exited {proc.returncode}):\n{tail}",
+            "the Go module proxy must be reachable (GOPROXY) and Go new enough for the module",
+        )
+
+
+def _module_gomod(module: str, version: str, cwd: Path, env: dict[str, str]) -> str:
+    proc = subprocess.run(
+        ["go", "mod", "download", "-json", f"{module}@v{version}"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    info = json.loads(proc.stdout or "{}")
+    if proc.returncode != 0 or not info.get("GoMod"):
+        raise LabError(
+            f"{module}@v{version} could not be downloaded: {info.get('Error') or proc.stderr}",
+            "the Go module proxy must be reachable and serve this version",
+        )
+    return Path(info["GoMod"]).read_text()
+
+
+def build(component: GoComponent, log: Callable[[str], None] = lambda _: None) -> Path:
+    """Build the component into the cache unless it is there; return its bin/ directory."""
+    go = go_version()
+    target = component_dir(component, go)
+    with _locked(cache_root() / f".{target.name}.lock"):
+        found = cached(component, go)
+        if found:
+            return found
+        log(f"building {component.name} v{component.version} with {go} (minutes, once)")
+        env = dict(os.environ, CGO_ENABLED="1" if component.cgo else "0", GOFLAGS="-mod=mod")
+        with tempfile.TemporaryDirectory(prefix=f"gpustack-build-{component.name}-") as tmp:
+            work = Path(tmp)
+            (work / "go.mod").write_text("module gpustack.local/build\n\ngo 1.26.0\n")
+            extra = []
+            if component.replaces:
+                extra = component.replaces(
+                    _module_gomod(component.module, component.version, work, env)
+                )
+            (work / "go.mod").write_text(
+                "module gpustack.local/build\n\ngo 1.26.0\n\n"
+                f"require {component.module} v{component.version}\n\n" + "\n".join(extra) + "\n"
+            )
+            imports = [p for p in component.packages if not p.startswith("gpustack.local/")]
+            (work / "tools.go").write_text(
+                "//go:build tools\n\npackage tools\n\nimport (\n"
+                + "".join(f'\t_ "{p}"\n' for p in imports)
+                + ")\n"
+            )
+            if component.name in _WRAPPER_MAINS:
+                sub, source = _WRAPPER_MAINS[component.name]
+                (work / sub).mkdir()
+                (work / sub / "main.go").write_text(source)
+            _go(["mod", "tidy"], work, env, component.name)
+            out = work / "out"
+            out.mkdir()
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            started = time.monotonic()
+            ldflags = " ".join(("-s", "-w", *component.ldflags))
+            _go(
+                [
+                    "build",
+                    "-trimpath",
+                    f"-ldflags={ldflags}",
+                    "-o",
+                    str(out) + "/",
+                    *component.packages,
+                ],
+                work,
+                env,
+                component.name,
+            )
+            seconds = time.monotonic() - started
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            staging = target.with_name(target.name + ".part")
+            shutil.rmtree(staging, ignore_errors=True)
+            (staging / "bin").mkdir(parents=True)
+            sizes = {}
+            for binary in component.binaries:
+                shutil.copy2(out / binary, staging / "bin" / binary)
+                sizes[binary] = (staging / "bin" / binary).stat().st_size
+            (staging / "go.mod").write_text((work / "go.mod").read_text())
+            (staging / "build.json").write_text(
+                json.dumps(
+                    {
+                        "component": component.name,
+                        "version": component.version,
+                        "module": component.module,
+                        "go": go,
+                        "build_seconds": round(seconds, 1),
+                        "cpu_seconds": round(
+                            (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
+                            1,
+                        ),
+                        # ru_maxrss of children is the largest single child (the Go compiler or
+                        # linker), in KiB on Linux.
+                        "peak_rss_mib": round(after.ru_maxrss / 1024),
+                        "sizes": sizes,
+                    },
+                    indent=2,
+                )
+                + "\n"
+            )
+            shutil.rmtree(target, ignore_errors=True)
+            staging.rename(target)
+        log(f"built {component.name} v{component.version} in {seconds:.0f} s -> {target}")
+        return target / "bin"
+
+
+def ensure(names: tuple[str, ...] = ("kubernetes", "etcd"), log=lambda _: None) -> dict[str, Path]:
+    """Each named component's bin/ directory, built when missing."""
+    return {name: build(COMPONENTS[name], log) for name in names}
+
+
+def build_info(component: GoComponent) -> dict | None:
+    try:
+        return json.loads((component_dir(component) / "build.json").read_text())
+    except (OSError, ValueError):
+        return None
