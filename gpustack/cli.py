@@ -371,12 +371,43 @@ def lab_up(
     inventory: Annotated[
         str | None, typer.Option("--inventory", help="Where to write the inventory.")
     ] = None,
+    kubernetes: Annotated[
+        bool,
+        typer.Option(
+            "--kubernetes",
+            help="Also run a real Kubernetes: a control plane on this machine and a kubelet "
+            "on every node (built from Go modules once; docs/lab.md).",
+        ),
+    ] = False,
 ) -> None:
     """Start (or reuse) N podman systemd nodes reachable by SSH; write an inventory."""
     from gpustack.lab import nodes as lab
 
-    path = lab.up(name, nodes, os_, inventory)
+    path = lab.up(name, nodes, os_, inventory, kubernetes=kubernetes)
     output.stdout.print(f"Lab {name}: {nodes} node(s) up. Inventory: {path}")
+    if kubernetes:
+        kubeconfig = lab.kubeconfig_path(name)
+        output.stdout.print(f"Kubeconfig: {kubeconfig}")
+
+
+@lab_app.command("components")
+def lab_components(
+    build: Annotated[
+        bool, typer.Option("--build", help="Build the components that are not cached yet.")
+    ] = False,
+) -> None:
+    """The Kubernetes components the lab runs: pinned versions, cache, build figures."""
+    from gpustack.lab import components
+
+    for row in components.describe(build, log=output.stdout.print):
+        where = row["cached"] or "not built (gpustack lab components --build)"
+        figures = ""
+        if row["cached"]:
+            sizes = ", ".join(f"{k} {v} MiB" for k, v in row["sizes_mib"].items())
+            figures = (
+                f" — built in {row['build_seconds']} s, peak {row['peak_rss_mib']} MiB; {sizes}"
+            )
+        output.stdout.print(f"{row['component']} v{row['version']} ({row['go']}): {where}{figures}")
 
 
 @lab_app.command("down")

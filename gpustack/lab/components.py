@@ -47,6 +47,8 @@ class GoComponent:
     packages: tuple[str, ...]  # import paths of the main packages
     ldflags: tuple[str, ...] = ()
     cgo: bool = False
+    # Files of the module kept beside the binaries, under share/ (e.g. kwok's stage YAMLs).
+    share: tuple[str, ...] = ()
     # Extra go.mod lines for the wrapper, computed from the required module's own go.mod.
     replaces: Callable[[str], list[str]] | None = field(default=None, compare=False)
 
@@ -110,6 +112,15 @@ KWOK = GoComponent(
     version=KWOK_VERSION,
     module="sigs.k8s.io/kwok",
     packages=("sigs.k8s.io/kwok/cmd/kwok",),
+    # kwok >= 0.7 runs no stage unless given some: upstream's own "fast" node and pod stages
+    # and the node heartbeat (without it the node lifecycle controller marks nodes NotReady).
+    share=(
+        "kustomize/stage/node/fast/node-initialize.yaml",
+        "kustomize/stage/node/heartbeat/node-heartbeat.yaml",
+        "kustomize/stage/pod/fast/pod-ready.yaml",
+        "kustomize/stage/pod/fast/pod-complete.yaml",
+        "kustomize/stage/pod/fast/pod-delete.yaml",
+    ),
 )
 
 COMPONENTS: dict[str, GoComponent] = {c.name: c for c in (KUBERNETES, ETCD, KWOK)}
@@ -159,8 +170,10 @@ def component_dir(component: GoComponent, go: str | None = None) -> Path:
 def cached(component: GoComponent, go: str | None = None) -> Path | None:
     """The component's bin/ directory when every binary is there, else None."""
     bindir = component_dir(component, go) / "bin"
+    share = bindir.parent / "share"
     if (
         all((bindir / b).is_file() for b in component.binaries)
+        and all((share / Path(f).name).is_file() for f in component.share)
         and (bindir.parent / "build.json").is_file()
     ):
         return bindir
@@ -186,6 +199,10 @@ def _go(args: list[str], cwd: Path, env: dict[str, str], what: str) -> None:
 
 
 def _module_gomod(module: str, version: str, cwd: Path, env: dict[str, str]) -> str:
+    return Path(_module_info(module, version, cwd, env)["GoMod"]).read_text()
+
+
+def _module_info(module: str, version: str, cwd: Path, env: dict[str, str]) -> dict:
     proc = subprocess.run(
         ["go", "mod", "download", "-json", f"{module}@v{version}"],
         cwd=cwd,
@@ -199,7 +216,7 @@ def _module_gomod(module: str, version: str, cwd: Path, env: dict[str, str]) -> 
             f"{module}@v{version} could not be downloaded: {info.get('Error') or proc.stderr}",
             "the Go module proxy must be reachable and serve this version",
         )
-    return Path(info["GoMod"]).read_text()
+    return info
 
 
 def build(component: GoComponent, log: Callable[[str], None] = lambda _: None) -> Path:
@@ -262,6 +279,11 @@ def build(component: GoComponent, log: Callable[[str], None] = lambda _: None) -
             for binary in component.binaries:
                 shutil.copy2(out / binary, staging / "bin" / binary)
                 sizes[binary] = (staging / "bin" / binary).stat().st_size
+            if component.share:
+                source = Path(_module_info(component.module, component.version, work, env)["Dir"])
+                (staging / "share").mkdir()
+                for name in component.share:
+                    shutil.copy2(source / name, staging / "share" / Path(name).name)
             (staging / "go.mod").write_text((work / "go.mod").read_text())
             (staging / "build.json").write_text(
                 json.dumps(
@@ -300,3 +322,28 @@ def build_info(component: GoComponent) -> dict | None:
         return json.loads((component_dir(component) / "build.json").read_text())
     except (OSError, ValueError):
         return None
+
+
+def describe(build_missing: bool = False, log=lambda _: None) -> list[dict]:
+    """One row per pinned component: version, where it is cached, its build figures."""
+    rows = []
+    go = go_version()
+    for component in COMPONENTS.values():
+        if build_missing:
+            build(component, log)
+        info = build_info(component) if cached(component, go) else None
+        rows.append(
+            {
+                "component": component.name,
+                "version": component.version,
+                "module": component.module,
+                "go": go,
+                "cached": str(component_dir(component, go) / "bin") if info else None,
+                "build_seconds": (info or {}).get("build_seconds"),
+                "peak_rss_mib": (info or {}).get("peak_rss_mib"),
+                "sizes_mib": {
+                    k: round(v / 2**20, 1) for k, v in ((info or {}).get("sizes") or {}).items()
+                },
+            }
+        )
+    return rows

@@ -101,9 +101,18 @@ def _wait_for_ssh(node: Node, key: Path, timeout: float = 120) -> None:
     )
 
 
-def _start_node(node: Node, image: str, key: Path, init: str) -> None:
+def _containerd_volume(container: str) -> str:
+    return f"{container}-containerd"
+
+
+def _start_node(node: Node, image: str, key: Path, init: str, kubernetes: bool = False) -> None:
     run(["podman", "rm", "-f", "-i", node.container])
     runtime = oci_runtime()
+    # A Kubernetes node's /var/lib/containerd is a volume on the machine's own filesystem:
+    # containerd's default overlayfs snapshotter cannot mount overlay on the node's overlay root.
+    volumes = (
+        ["-v", f"{_containerd_volume(node.container)}:/var/lib/containerd"] if kubernetes else []
+    )
     # fmt: off
     run(["podman", *(["--runtime", runtime] if runtime else []),
           "run", "-d", "--name", node.container, "--hostname", node.name,
@@ -111,19 +120,21 @@ def _start_node(node: Node, image: str, key: Path, init: str) -> None:
           "--systemd=always", "--privileged", *ULIMITS,
           "-p", f"127.0.0.1:{node.port}:22",
           "-v", f"{key}.pub:/root/.ssh/authorized_keys:ro",
-          "-v", f"{apt_cache_dir()}:/var/cache/apt/archives",
+          "-v", f"{apt_cache_dir()}:/var/cache/apt/archives", *volumes,
           image, init])
     # fmt: on
 
 
-def _start_new_node(name: str, spec, container: str, image: str, key: Path) -> Node:
+def _start_new_node(
+    name: str, spec, container: str, image: str, key: Path, kubernetes: bool = False
+) -> Node:
     """Start a node on a free port; another lab starting at the same time (the lab suite runs
     files in parallel) may take that port before podman binds it: then take another."""
     tries_left = 3
     while True:
         node = Node(name, spec.key, _free_port(), container)
         try:
-            _start_node(node, image, key, spec.init)
+            _start_node(node, image, key, spec.init, kubernetes)
             return node
         except LabError as exc:
             tries_left -= 1
@@ -131,11 +142,14 @@ def _start_new_node(name: str, spec, container: str, image: str, key: Path) -> N
                 raise
 
 
-def _reuse_node(node: Node, image: str) -> bool:
+def _reuse_node(node: Node, image: str, kubernetes: bool = False) -> bool:
     """Keep a node of an earlier `up`: running as is, or stopped and started again."""
     info = _container_info(node.container)
     if not info or image not in (info.get("ImageName"), (info.get("Config") or {}).get("Image")):
         return False
+    mounts = {m.get("Destination") for m in info.get("Mounts") or []}
+    if kubernetes and "/var/lib/containerd" not in mounts:
+        return False  # started without Kubernetes: start it afresh
     if (info.get("State") or {}).get("Status") == "running":
         # podman still says "running" where the container's processes were killed with its conmon
         # (nothing was left to record the exit; seen on this build machine after its processes
@@ -146,7 +160,9 @@ def _reuse_node(node: Node, image: str) -> bool:
     return run(["podman", "start", node.container], check=False).returncode == 0
 
 
-def write_inventory(path: Path, lab: str, nodes: list[Node], key: Path) -> None:
+def write_inventory(
+    path: Path, lab: str, nodes: list[Node], key: Path, kubeconfig: Path | None = None
+) -> None:
     lines = [
         f"# Written by `gpustack lab up --name {lab}`: podman systemd nodes, no GPUs.",
         "[gpu_nodes]",
@@ -166,12 +182,24 @@ def write_inventory(path: Path, lab: str, nodes: list[Node], key: Path) -> None:
         "nvidia_driver_source=distro",
         "",
     ]
+    if kubeconfig:
+        lines[1:1] = [f"# Kubernetes: gpustack install {path} --kubeconfig {kubeconfig}"]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines), encoding="utf-8")
 
 
-def up(name: str, count: int, os_list: str, inventory: str | None, log=print) -> Path:
-    """Bring the lab to `count` running nodes; reuse healthy ones; write the inventory."""
+def up(
+    name: str,
+    count: int,
+    os_list: str,
+    inventory: str | None,
+    log=print,
+    kubernetes: bool = False,
+) -> Path:
+    """Bring the lab to `count` running nodes; reuse healthy ones; write the inventory.
+
+    `kubernetes`: also a real control plane on this machine and a kubelet on every node
+    (cluster.py); its admin kubeconfig is written beside the inventory."""
     specs = parse_os_list(os_list)
     if not name.replace("-", "").isalnum():
         raise BadInput(f"lab name {name!r} is not usable", "use letters, digits and -")
@@ -204,19 +232,25 @@ def up(name: str, count: int, os_list: str, inventory: str | None, log=print) ->
         spec = specs[index % len(specs)]
         node_name = f"{name}-node{index + 1}"
         node = old_nodes.get(node_name)
-        if node and node.os == spec.key and _reuse_node(node, images[spec.key]):
+        if node and node.os == spec.key and _reuse_node(node, images[spec.key], kubernetes):
             nodes.append(node)
             continue
         container = f"gpustack-{name}-node{index + 1}"
-        nodes.append(_start_new_node(node_name, spec, container, images[spec.key], key))
+        nodes.append(_start_new_node(node_name, spec, container, images[spec.key], key, kubernetes))
     for stale in set(old_nodes) - {n.name for n in nodes}:
         run(["podman", "rm", "-f", "-i", old_nodes[stale].container], check=False)
     for node in nodes:
         _wait_for_ssh(node, key)
-    write_inventory(inv_path, name, nodes, key)
-    _state_path(name).write_text(
-        json.dumps({"nodes": [asdict(n) for n in nodes], "inventory": str(inv_path)}, indent=2)
-    )
+    kubeconfig = None
+    if kubernetes:
+        from gpustack.lab import cluster
+
+        kubeconfig = cluster.up(name, lab_dir, nodes, log)
+    write_inventory(inv_path, name, nodes, key, kubeconfig)
+    state = {"nodes": [asdict(n) for n in nodes], "inventory": str(inv_path)}
+    if kubeconfig:
+        state["kubeconfig"] = str(kubeconfig)
+    _state_path(name).write_text(json.dumps(state, indent=2))
     return inv_path
 
 
@@ -238,8 +272,12 @@ def down(name: str, images: bool = False) -> None:
         check=False,
     )
     containers |= set(listed.stdout.decode().split())
+    from gpustack.lab import cluster
+
+    cluster.down(_lab_dir(name))
     for container in sorted(containers):
         run(["podman", "rm", "-f", "-i", "-t", "5", container])
+        run(["podman", "volume", "rm", "-f", _containerd_volume(container)], check=False)
     inventory = state.get("inventory")
     if inventory:
         Path(inventory).unlink(missing_ok=True)
@@ -247,6 +285,12 @@ def down(name: str, images: bool = False) -> None:
     if images:
         for spec in OS_SPECS.values():
             run(["podman", "rmi", "-f", "-i", image_name(spec)], check=False)
+
+
+def kubeconfig_path(name: str) -> Path | None:
+    """The admin kubeconfig of a lab started with --kubernetes."""
+    found = _load_state(name).get("kubeconfig")
+    return Path(found) if found else None
 
 
 def list_labs() -> list[str]:
