@@ -20,6 +20,10 @@ offenders=$(grep -rlE '^\s*(import|from) kubernetes(\s|\.|$)' gpustack | grep -v
 # each file on one worker with its own nodes, longest first (tests/lab/conftest.py).
 echo "== unit tests"
 pytest -q -n auto tests
+echo "== real Kubernetes components (pinned in gpustack/lab/components.py; built once, then cached)"
+gpustack lab components --build
+echo "== Kubernetes flows against a real kube-apiserver (tests/kube; kwok's stand-in nodes)"
+pytest -q -m kube -n 2 tests/kube
 echo "== upgrade makespan benchmark (simulated fleets of 200 and 1,000 nodes; exits non-zero if its targets are missed)"
 python benchmarks/upgrade_makespan.py
 echo "== lab tests (podman systemd nodes)"
