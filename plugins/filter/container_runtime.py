@@ -130,6 +130,25 @@ def nvidia_runtime_entry(dump_text, binary, existing=None, legacy=None):
     return entry
 
 
+def dropin_config_version(main_version, release):
+    """The configuration version of gpustack's drop-in: the main file's, except for a version-1
+    main file on containerd 2.0-2.2, where it is 3. Those releases migrate a version-1 file's
+    plugin names (`cri` -> `io.containerd.grpc.v1.cri`) and its version number to 3 as they load
+    it (cmd/containerd/server/config/config.go LoadConfig, `case 0, 1`, and the default config's
+    Version = 3, cmd/containerd/command/config.go, containerd v2.1.9 926009266892), so the CRI
+    plugins' own migration (`io.containerd.grpc.v1.cri` -> `io.containerd.cri.v1.runtime` and
+    `.images`, plugins/cri/runtime/plugin.go) never runs for it: the whole CRI table of a
+    version-1 file - sandbox_image, registry, runtimes - is ignored ("Ignoring unknown key in TOML
+    for plugin"), and so would a version-1 drop-in be. A version-3 drop-in is read as it is.
+    containerd 2.3.0 migrates every file as it loads it (commit 0d7fee0623430b8, containerd PR
+    12608), and 2.3.0-2.3.4 refuse a drop-in of a higher version than the main file's (commit
+    21248d00762e; reverted on main since, a8ed54668731): there the drop-in keeps the main file's
+    version."""
+    if main_version == 1 and release[0] == 2 and release < (2, 3):
+        return 3
+    return main_version
+
+
 def containerd_nvidia(
     main_text,
     dump_text,
@@ -169,7 +188,12 @@ def containerd_nvidia(
         else:
             entry[name] = copy.deepcopy(value)
 
-    cri = copy.deepcopy(main_cri) if not deep_merge else {}
+    dropin_version = dropin_config_version(version, (major, minor))
+    # The main file's CRI table goes into the drop-in only where containerd merges per plugin
+    # table and reads both files in one schema; a version-1 file's table on containerd 2.0-2.2 is
+    # not in force at all (dropin_config_version).
+    carry_main = not deep_merge and dropin_version == version
+    cri = copy.deepcopy(main_cri) if carry_main else {}
     section = cri.setdefault("containerd", {})
     runtimes = section.setdefault("runtimes", {})
     if set_default and legacy is not None:
@@ -196,9 +220,9 @@ def containerd_nvidia(
             % (runtime_name, major, minor, "deep" if deep_merge else "per-plugin-table")
         )
     )
-    if version != 1:
-        dropin["version"] = version
-    dropin["plugins"] = {key: cri}
+    if dropin_version != 1:
+        dropin["version"] = dropin_version
+    dropin["plugins"] = {CRI_KEYS[dropin_version]: cri}
 
     imports = main.get("imports")
     if imports is None:
@@ -209,7 +233,8 @@ def containerd_nvidia(
         "main": tomlkit.dumps(main),
         "dropin": tomlkit.dumps(dropin),
         "config_version": version,
-        "plugin_key": key,
+        "plugin_key": CRI_KEYS[dropin_version],
+        "dropin_version": dropin_version,
         "merge": "deep" if deep_merge else "replace",
     }
 

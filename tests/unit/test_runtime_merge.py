@@ -327,18 +327,42 @@ def test_nvidia_as_default_over_a_legacy_default_runtime_moves_the_table_to_runt
     assert containerd["runtimes"]["nvidia"]["options"]["SystemdCgroup"] is True
 
 
-def test_containerd_2_ignores_the_legacy_table_and_so_does_the_merge():
-    """containerd 2.x has no `default_runtime` field (it warns and ignores it): nvidia copies runc,
-    and nvidia as the default needs nothing moved."""
-    out = cr.containerd_nvidia(V1_LEGACY, DUMP_21, "2.1.9", set_default=True)
+def test_containerd_2_1_reads_no_version_1_cri_table_so_the_dropin_is_version_3():
+    """containerd 2.0-2.2 ignore the whole CRI table of a version-1 file (its plugin migration
+    never runs for it), a version-1 drop-in's too: the drop-in is written in version 3, holding
+    only the nvidia entry (2.1 merges deeply). The legacy table has no effect there: nvidia
+    copies runc, and nvidia as the default needs nothing moved."""
+    out = cr.containerd_nvidia(V1_LEGACY, DUMP_21, "2.1.9+unknown", set_default=True)
     dropin = tomllib.loads(out["dropin"])
-    containerd = dropin["plugins"]["cri"]["containerd"]
-    assert list(containerd["runtimes"]) == ["nvidia"]  # deep merge: only the nvidia entry
+    assert out["config_version"] == 1 and out["dropin_version"] == 3
+    assert out["plugin_key"] == "io.containerd.cri.v1.runtime"
+    assert dropin["version"] == 3 and list(dropin["plugins"]) == ["io.containerd.cri.v1.runtime"]
+    containerd = dropin["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]
+    assert list(containerd["runtimes"]) == ["nvidia"]
     assert containerd["runtimes"]["nvidia"]["options"]["SystemdCgroup"] is True  # runc's, DUMP_21
-    assert "default_runtime" not in containerd
+    assert containerd["default_runtime_name"] == "nvidia"
+    assert out["main"] == 'imports = ["/etc/containerd/conf.d/*.toml"]\n\n' + V1_LEGACY
     legacy = tomllib.loads(V1_LEGACY)["plugins"]["cri"]
     assert cr.legacy_default_runtime(legacy, (2, 0)) is None
     assert cr.legacy_default_runtime(legacy, (1, 7))["runtime_type"] == "io.containerd.runc.v2"
+
+
+def test_containerd_2_0_carries_the_built_in_runtimes_not_the_ignored_version_1_table():
+    out = cr.containerd_nvidia(V1_LEGACY, DUMP_21, "2.0.7")
+    cri = tomllib.loads(out["dropin"])["plugins"]["io.containerd.cri.v1.runtime"]
+    assert set(cri) == {"containerd"}  # no sandbox_image: the v1 table is not in this schema
+    assert sorted(cri["containerd"]["runtimes"]) == ["nvidia", "runc"]
+
+
+@pytest.mark.parametrize(
+    ("main_version", "release", "expected"),
+    [(1, (1, 6), 1), (1, (1, 7), 1), (1, (2, 0), 3), (1, (2, 1), 3), (1, (2, 2), 3),
+     (1, (2, 3), 1), (2, (2, 1), 2), (3, (2, 1), 3), (2, (1, 7), 2)],
+)  # fmt: skip
+def test_the_dropin_keeps_the_main_files_version_except_v1_on_containerd_2_0_to_2_2(
+    main_version, release, expected
+):
+    assert cr.dropin_config_version(main_version, release) == expected
 
 
 def test_an_untyped_or_non_runc_legacy_table_lends_nothing():
