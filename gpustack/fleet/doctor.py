@@ -94,6 +94,28 @@ def cri_dockerd_refusal(pf: dict[str, Any], runtime_class: str = "nvidia") -> Pr
     )
 
 
+def containerd_v1_ignored(entry: dict[str, Any]) -> Problem | None:
+    """A warning where containerd 2.0-2.2 runs a version-1 config.toml: those releases ignore
+    its whole CRI table (their CRI plugins' migration never runs for a version-1 file; fixed in
+    containerd 2.3.0, containerd PR 12608). docs/runtime.md, "Version-1 files"."""
+    if entry.get("kind") != "containerd" or entry.get("config_version") != 1:
+        return None
+    parts = str(entry.get("version") or "").split(".")
+    if len(parts) < 2 or not (parts[0] == "2" and parts[1].isdigit() and int(parts[1]) < 3):
+        return None
+    return Problem(
+        "",
+        "warning",
+        f"containerd {entry['version']} ignores the CRI settings of a version-1 config.toml (no "
+        "`version` key): its sandbox_image, registry and runtimes have no effect (containerd "
+        "fixed this in 2.3.0); gpustack's nvidia runtime is not affected (its drop-in is "
+        "version 3)",
+        "rewrite the file as version 3 (`version = 3`, plugins io.containerd.cri.v1.runtime and "
+        "io.containerd.cri.v1.images); this containerd's `config migrate` reads the file the same "
+        "way and drops those settings too",
+    )
+
+
 def find_problems(
     host: str, facts: dict[str, Any], require_gpu: bool = False, runtime_class: str = "nvidia"
 ) -> list[Problem]:
@@ -203,6 +225,9 @@ def find_problems(
         check = entry.get("template_check") or {}
         if check.get("error"):
             add("error", f"{check.get('template')}: {check['error']}", check.get("hint", ""))
+        ignored = containerd_v1_ignored(entry)
+        if ignored:
+            add(ignored.severity, ignored.message, ignored.hint)
     if runtime and runtime != "none" and pf.get("systemd") is False:
         add(
             "error",

@@ -69,8 +69,8 @@ def _plain(value):
     return value.unwrap() if hasattr(value, "unwrap") else copy.deepcopy(value)
 
 
-def _dump_runtimes(dump_text):
-    """The runtimes table and default runtime name of `containerd config dump` output."""
+def _dump_cri(dump_text):
+    """The CRI plugin's `containerd` table of `containerd config dump` output ({} if none)."""
     try:
         dump = tomllib.loads(dump_text) if tomllib else _plain(_tomlkit().parse(dump_text))
     except Exception as exc:
@@ -79,17 +79,46 @@ def _dump_runtimes(dump_text):
     for key in DUMP_RUNTIME_KEYS:
         cri = plugins.get(key, {}).get("containerd")
         if cri is not None:
-            return cri.get("runtimes", {}), cri.get("default_runtime_name", "runc")
-    return {}, "runc"
+            return cri
+    return {}
 
 
-def nvidia_runtime_entry(dump_text, binary, existing=None):
-    """runc's effective entry, with the NVIDIA runtime as the binary it starts."""
+def _dump_runtimes(dump_text):
+    """The runtimes table and default runtime name of `containerd config dump` output."""
+    cri = _dump_cri(dump_text)
+    return cri.get("runtimes", {}), cri.get("default_runtime_name", "runc")
+
+
+def legacy_default_runtime(cri, release):
+    """The deprecated `default_runtime` table of a CRI plugin table (the main file's) when
+    containerd `release` puts it in force, else None. containerd 1.6/1.7 load a
+    `default_runtime` that has a runtime_type as the runtime "default" and make that the default
+    runtime, whatever default_runtime_name says (ValidatePluginConfig,
+    pkg/cri/config/config.go@v1.6.20 and @v1.7.24); containerd 2.x has no such field and ignores
+    the table with a warning (cmd/containerd/server/config/config.go@v2.1.9, Decode)."""
+    entry = ((cri or {}).get("containerd") or {}).get("default_runtime")
+    if release >= (2, 0) or not isinstance(entry, dict) or not entry.get("runtime_type"):
+        return None
+    return entry
+
+
+def nvidia_runtime_entry(dump_text, binary, existing=None, legacy=None):
+    """runc's effective entry, with the NVIDIA runtime as the binary it starts. `legacy`: the
+    main file's deprecated `default_runtime` table in force on containerd 1.x
+    (legacy_default_runtime); where it starts runc (io.containerd.runc.*) pods run with it by
+    default, so its settings (SystemdCgroup) go over runc's: nvidia pods get the cgroup settings
+    every other pod gets."""
     runtimes, default = _dump_runtimes(dump_text)
     # Base on runc, not on the default runtime: once nvidia is the default, copying it would
-    # make the result depend on the previous run.
-    base = runtimes.get("runc") or runtimes.get(default) or {}
-    entry = copy.deepcopy(base)
+    # make the result depend on the previous run. The legacy table is read from the main file,
+    # which gpustack only adds its import to, so it is the same on every run.
+    base = copy.deepcopy(runtimes.get("runc") or runtimes.get(default) or {})
+    if legacy and str(legacy.get("runtime_type")).startswith("io.containerd.runc."):
+        for key, value in legacy.items():
+            if key != "options":
+                base[key] = copy.deepcopy(value)
+        base["options"] = dict(base.get("options") or {}, **(legacy.get("options") or {}))
+    entry = base
     for key, value in (existing or {}).items():
         if key != "options":
             entry[key] = copy.deepcopy(value)
@@ -99,6 +128,25 @@ def nvidia_runtime_entry(dump_text, binary, existing=None):
     entry["runtime_type"] = "io.containerd.runc.v2"
     entry["options"] = options
     return entry
+
+
+def dropin_config_version(main_version, release):
+    """The configuration version of gpustack's drop-in: the main file's, except for a version-1
+    main file on containerd 2.0-2.2, where it is 3. Those releases migrate a version-1 file's
+    plugin names (`cri` -> `io.containerd.grpc.v1.cri`) and its version number to 3 as they load
+    it (cmd/containerd/server/config/config.go LoadConfig, `case 0, 1`, and the default config's
+    Version = 3, cmd/containerd/command/config.go, containerd v2.1.9 926009266892), so the CRI
+    plugins' own migration (`io.containerd.grpc.v1.cri` -> `io.containerd.cri.v1.runtime` and
+    `.images`, plugins/cri/runtime/plugin.go) never runs for it: the whole CRI table of a
+    version-1 file - sandbox_image, registry, runtimes - is ignored ("Ignoring unknown key in TOML
+    for plugin"), and so would a version-1 drop-in be. A version-3 drop-in is read as it is.
+    containerd 2.3.0 migrates every file as it loads it (commit 0d7fee0623430b8, containerd PR
+    12608), and 2.3.0-2.3.4 refuse a drop-in of a higher version than the main file's (commit
+    21248d00762e; reverted on main since, a8ed54668731): there the drop-in keeps the main file's
+    version."""
+    if main_version == 1 and release[0] == 2 and release < (2, 3):
+        return 3
+    return main_version
 
 
 def containerd_nvidia(
@@ -132,16 +180,29 @@ def containerd_nvidia(
 
     main_cri = _plain(main.get("plugins", {}).get(key, {})) if "plugins" in main else {}
     existing = main_cri.get("containerd", {}).get("runtimes", {}).get(runtime_name)
-    entry = nvidia_runtime_entry(dump_text, binary, existing)
+    legacy = legacy_default_runtime(main_cri, (major, minor))
+    entry = nvidia_runtime_entry(dump_text, binary, existing, legacy)
     for name, value in (extra or {}).items():
         if name == "options" and isinstance(value, dict):
             entry["options"].update(value)
         else:
             entry[name] = copy.deepcopy(value)
 
-    cri = copy.deepcopy(main_cri) if not deep_merge else {}
+    dropin_version = dropin_config_version(version, (major, minor))
+    # The main file's CRI table goes into the drop-in only where containerd merges per plugin
+    # table and reads both files in one schema; a version-1 file's table on containerd 2.0-2.2 is
+    # not in force at all (dropin_config_version).
+    carry_main = not deep_merge and dropin_version == version
+    cri = copy.deepcopy(main_cri) if carry_main else {}
     section = cri.setdefault("containerd", {})
     runtimes = section.setdefault("runtimes", {})
+    if set_default and legacy is not None:
+        # containerd 1.x would make the deprecated table the default again (it wins over
+        # default_runtime_name): the drop-in, whose CRI table replaces the main file's, carries
+        # it as the runtime "default" - as containerd itself loads it, so a RuntimeClass with
+        # handler "default" keeps working - and without the table.
+        section.pop("default_runtime", None)
+        runtimes["default"] = copy.deepcopy(legacy)
     if not deep_merge:
         # Before 2.1 a decoded `runtimes` table replaces the built-in map, so runtimes that only
         # exist as defaults (runc on a distribution config) would vanish: carry them over.
@@ -159,9 +220,9 @@ def containerd_nvidia(
             % (runtime_name, major, minor, "deep" if deep_merge else "per-plugin-table")
         )
     )
-    if version != 1:
-        dropin["version"] = version
-    dropin["plugins"] = {key: cri}
+    if dropin_version != 1:
+        dropin["version"] = dropin_version
+    dropin["plugins"] = {CRI_KEYS[dropin_version]: cri}
 
     imports = main.get("imports")
     if imports is None:
@@ -172,7 +233,8 @@ def containerd_nvidia(
         "main": tomlkit.dumps(main),
         "dropin": tomlkit.dumps(dropin),
         "config_version": version,
-        "plugin_key": key,
+        "plugin_key": CRI_KEYS[dropin_version],
+        "dropin_version": dropin_version,
         "merge": "deep" if deep_merge else "replace",
     }
 
@@ -342,6 +404,33 @@ def toml_canonical(text):
     return json.dumps(data, sort_keys=True, default=str)
 
 
+def containerd_verify_problems(runtime, loaded, name="nvidia", binary="", config=""):
+    """Which of containerd's verify conditions failed, one sentence each ([] when none):
+    `runtime` is the gpustack_runtime fact (wired, container_check), `loaded` the loaded-state
+    check's result (restart_pending, differences). The failure message names only these, not
+    the conditions that held."""
+    runtime, loaded = runtime or {}, loaded or {}
+    problems = []
+    if str(runtime.get("wired")).lower() not in ("true", "1", "yes"):
+        problems.append(
+            "the %s runtime with BinaryName %s is not in the effective configuration "
+            "(`containerd --config %s config dump`)" % (name, binary, config)
+        )
+    if loaded.get("restart_pending"):
+        problems.append(
+            "gpustack's restart-pending marker is still there (containerd was not restarted "
+            "after gpustack changed its files)"
+        )
+    if loaded.get("differences"):
+        problems.append(
+            "the running containerd differs from its files (%s)" % "; ".join(loaded["differences"])
+        )
+    check = str(runtime.get("container_check") or "")
+    if check.startswith("failed"):
+        problems.append("the test container failed (%s)" % check[len("failed") :].lstrip(": "))
+    return problems
+
+
 def flatten(value, prefix=""):
     """{'a': {'b': 1}} -> {'a.b': 1}; lists kept as values. For comparing config dumps."""
     out = {}
@@ -394,6 +483,7 @@ class FilterModule(object):
             "gpustack_docker_info": docker_info,
             "gpustack_docker_loaded": docker_loaded,
             "gpustack_toml_canonical": toml_canonical,
+            "gpustack_containerd_verify_problems": containerd_verify_problems,
             "gpustack_k3s_templates": k3s_read_templates,
             "gpustack_k3s_generated": k3s_generated,
         }

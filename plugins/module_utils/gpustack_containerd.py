@@ -176,27 +176,46 @@ def _toml_value(text):
         return text
 
 
+# containerd 1.x's CRI plugin turns two deprecated tables into runtime handlers when it loads
+# its configuration (ValidatePluginConfig, pkg/cri/config/config.go@v1.6.20 and @v1.7.24): a
+# `untrusted_workload_runtime` with a runtime_type becomes the runtime "untrusted", and a
+# `default_runtime` with a runtime_type becomes the runtime "default" (and the default runtime:
+# default_runtime_name = "default"). `containerd config dump` prints the tables as they are, so
+# the files' runtimes are read the same way here. containerd 2.x dropped both fields (its dump
+# has neither table, and it ignores them in a file with a warning).
+LEGACY_RUNTIMES = (("untrusted_workload_runtime", "untrusted"), ("default_runtime", "default"))
+
+
 def disk_runtimes(dump):
-    """{name: {runtime_type, options}} of `.containerd.runtimes.<name>` tables in a dump."""
-    header = re.compile(r"^\[(.*)\.runtimes\.[\"']?([^\"'.\]]+)[\"']?(\.options)?\]$")
-    found, current, in_options = {}, None, False
+    """{name: {runtime_type, options}} of `.containerd.runtimes.<name>` tables in a dump, with
+    the runtimes containerd 1.x derives from its deprecated tables (LEGACY_RUNTIMES)."""
+    header = re.compile(
+        r"^\[(.*)\.(?:runtimes\.[\"']?([^\"'.\]]+)[\"']?"
+        r"|(untrusted_workload_runtime|default_runtime))(\.options)?\]$"
+    )
+    found, legacy, entries, current, in_options = {}, {}, {}, None, False
     for line in dump.splitlines():
         stripped = line.strip()
         if stripped.startswith("["):
             match = header.match(stripped)
-            current = match.group(2) if match and ".containerd" in match.group(1) else None
-            in_options = bool(match and match.group(3))
-            if current:
-                found.setdefault(current, {"runtime_type": "", "options": {}})
+            current = None
+            if match and match.group(1).endswith(".containerd"):
+                entries = legacy if match.group(3) else found
+                current = match.group(2) or match.group(3)
+                entries.setdefault(current, {"runtime_type": "", "options": {}})
+            in_options = bool(match and match.group(4))
             continue
         if not current or "=" not in stripped or stripped.startswith("#"):
             continue
         key, value = [part.strip() for part in stripped.split("=", 1)]
         key = key.strip("\"'")
         if in_options:
-            found[current]["options"][key] = _toml_value(value)
+            entries[current]["options"][key] = _toml_value(value)
         elif key == "runtime_type":
-            found[current]["runtime_type"] = _toml_value(value)
+            entries[current]["runtime_type"] = _toml_value(value)
+    for table, name in LEGACY_RUNTIMES:
+        if (legacy.get(table) or {}).get("runtime_type"):
+            found[name] = legacy[table]
     return found
 
 

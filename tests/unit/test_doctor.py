@@ -1,3 +1,5 @@
+import pytest
+
 from gpustack.fleet import doctor
 
 
@@ -152,3 +154,24 @@ def test_a_runtime_on_a_host_without_systemd_is_an_error_install_refuses():
     assert doctor.find_problems("h", facts()) == []  # a probe of before the key: no claim
     bare = facts(systemd=False, runtime=None, runtimes=[], kubelet={"present": False})
     assert "does not run systemd" not in " ".join(messages(doctor.find_problems("h", bare)))
+
+
+@pytest.mark.parametrize(
+    ("version", "config_version", "warned"),
+    [("2.1.9", 1, True), ("2.0.7", 1, True), ("2.2.1", 1, True), ("2.3.0", 1, False),
+     ("1.7.24", 1, False), ("1.6.20", 1, False), ("2.1.9", 2, False), ("2.1.9", 3, False),
+     ("2.1.9", None, False), (None, 1, False)],
+)  # fmt: skip
+def test_containerd_2_0_to_2_2_on_a_version_1_file_is_a_warning(version, config_version, warned):
+    """containerd 2.1.9 on a lab node ignored a version-1 file's pause image and registry mirror
+    (tests/fixtures/containerd-v1-schema)."""
+    entry = {"kind": "containerd", "version": version, "config_version": config_version,
+             "config_exists": True, "active": True}  # fmt: skip
+    problems = doctor.find_problems("h", facts(runtimes=[entry]))
+    found = [p for p in problems if "version-1 config.toml" in p.message]
+    assert bool(found) is warned, messages(problems)
+    if warned:
+        assert (
+            found[0].severity == "warning" and f"containerd {version} ignores" in found[0].message
+        )
+        assert "version = 3" in found[0].hint

@@ -262,3 +262,150 @@ def test_docker_loaded_reads_what_the_running_daemon_has():
     assert not cr.docker_loaded(_info(loaded, rc=1), WANT)  # Docker not answering
     assert not cr.docker_loaded({"rc": 0, "stdout": "not json"}, WANT)
     assert cr.docker_info({"rc": 127, "stdout": ""})["answered"] is False
+
+
+# --- a version-1 file with the deprecated `default_runtime` table ---------------------------------
+V1_LEGACY = """[plugins.cri]
+  sandbox_image = "registry.k8s.io/pause:3.6"
+  [plugins.cri.containerd]
+    [plugins.cri.containerd.default_runtime]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.cri.containerd.default_runtime.options]
+        SystemdCgroup = true
+"""
+# containerd 1.6's dump of such a file: the table as it is, runc built in with SystemdCgroup false
+DUMP_16_LEGACY = """version = 2
+[plugins."io.containerd.grpc.v1.cri".containerd]
+  default_runtime_name = "runc"
+  [plugins."io.containerd.grpc.v1.cri".containerd.default_runtime]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.grpc.v1.cri".containerd.default_runtime.options]
+      SystemdCgroup = true
+  [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+      BinaryName = ""
+      SystemdCgroup = false
+"""
+
+
+@pytest.mark.parametrize("release", ["1.6.20~ds1", "1.7.24~ds1"])
+def test_a_legacy_default_runtime_is_kept_and_lends_nvidia_its_cgroup_setting(release):
+    out = cr.containerd_nvidia(V1_LEGACY, DUMP_16_LEGACY, release)
+    containerd = tomllib.loads(out["dropin"])["plugins"]["cri"]["containerd"]
+    # the user's table stays in force (the drop-in replaces the main file's CRI table)
+    assert containerd["default_runtime"] == tomllib.loads(V1_LEGACY)["plugins"]["cri"][
+        "containerd"]["default_runtime"]  # fmt: skip
+    assert "default_runtime_name" not in containerd
+    nvidia = containerd["runtimes"]["nvidia"]
+    assert nvidia["options"]["SystemdCgroup"] is True  # as the pods that run by default
+    assert nvidia["options"]["BinaryName"] == BIN
+    assert containerd["runtimes"]["runc"]["options"]["SystemdCgroup"] is False  # runc as it was
+    # the main file: the import added, every line of the user's kept
+    assert out["main"] == 'imports = ["/etc/containerd/conf.d/*.toml"]\n\n' + V1_LEGACY
+
+
+def test_the_legacy_merge_is_the_same_on_the_second_run():
+    """The second run's dump has nvidia (and, with nvidia as the default, "default") in it."""
+    for set_default in (False, True):
+        first = cr.containerd_nvidia(V1_LEGACY, DUMP_16_LEGACY, "1.6.20", set_default=set_default)
+        cri = tomllib.loads(first["dropin"])["plugins"]["cri"]
+        dump_after = tomlkit.dumps({"version": 2, "plugins": {"io.containerd.grpc.v1.cri": cri}})
+        again = cr.containerd_nvidia(first["main"], dump_after, "1.6.20", set_default=set_default)
+        assert again == first, set_default
+
+
+def test_nvidia_as_default_over_a_legacy_default_runtime_moves_the_table_to_runtimes():
+    """containerd 1.x makes a typed `default_runtime` the default whatever default_runtime_name
+    says: the drop-in carries it as the runtime "default" (as containerd loads it) instead."""
+    out = cr.containerd_nvidia(V1_LEGACY, DUMP_16_LEGACY, "1.7.24", set_default=True)
+    containerd = tomllib.loads(out["dropin"])["plugins"]["cri"]["containerd"]
+    assert "default_runtime" not in containerd
+    assert containerd["default_runtime_name"] == "nvidia"
+    assert containerd["runtimes"]["default"] == {
+        "runtime_type": "io.containerd.runc.v2", "options": {"SystemdCgroup": True}}  # fmt: skip
+    assert containerd["runtimes"]["nvidia"]["options"]["SystemdCgroup"] is True
+
+
+def test_containerd_2_1_reads_no_version_1_cri_table_so_the_dropin_is_version_3():
+    """containerd 2.0-2.2 ignore the whole CRI table of a version-1 file (its plugin migration
+    never runs for it), a version-1 drop-in's too: the drop-in is written in version 3, holding
+    only the nvidia entry (2.1 merges deeply). The legacy table has no effect there: nvidia
+    copies runc, and nvidia as the default needs nothing moved."""
+    out = cr.containerd_nvidia(V1_LEGACY, DUMP_21, "2.1.9+unknown", set_default=True)
+    dropin = tomllib.loads(out["dropin"])
+    assert out["config_version"] == 1 and out["dropin_version"] == 3
+    assert out["plugin_key"] == "io.containerd.cri.v1.runtime"
+    assert dropin["version"] == 3 and list(dropin["plugins"]) == ["io.containerd.cri.v1.runtime"]
+    containerd = dropin["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]
+    assert list(containerd["runtimes"]) == ["nvidia"]
+    assert containerd["runtimes"]["nvidia"]["options"]["SystemdCgroup"] is True  # runc's, DUMP_21
+    assert containerd["default_runtime_name"] == "nvidia"
+    assert out["main"] == 'imports = ["/etc/containerd/conf.d/*.toml"]\n\n' + V1_LEGACY
+    legacy = tomllib.loads(V1_LEGACY)["plugins"]["cri"]
+    assert cr.legacy_default_runtime(legacy, (2, 0)) is None
+    assert cr.legacy_default_runtime(legacy, (1, 7))["runtime_type"] == "io.containerd.runc.v2"
+
+
+def test_containerd_2_0_carries_the_built_in_runtimes_not_the_ignored_version_1_table():
+    out = cr.containerd_nvidia(V1_LEGACY, DUMP_21, "2.0.7")
+    cri = tomllib.loads(out["dropin"])["plugins"]["io.containerd.cri.v1.runtime"]
+    assert set(cri) == {"containerd"}  # no sandbox_image: the v1 table is not in this schema
+    assert sorted(cri["containerd"]["runtimes"]) == ["nvidia", "runc"]
+
+
+@pytest.mark.parametrize(
+    ("main_version", "release", "expected"),
+    [(1, (1, 6), 1), (1, (1, 7), 1), (1, (2, 0), 3), (1, (2, 1), 3), (1, (2, 2), 3),
+     (1, (2, 3), 1), (2, (2, 1), 2), (3, (2, 1), 3), (2, (1, 7), 2)],
+)  # fmt: skip
+def test_the_dropin_keeps_the_main_files_version_except_v1_on_containerd_2_0_to_2_2(
+    main_version, release, expected
+):
+    assert cr.dropin_config_version(main_version, release) == expected
+
+
+def test_an_untyped_or_non_runc_legacy_table_lends_nothing():
+    untyped = V1_LEGACY.replace('runtime_type = "io.containerd.runc.v2"', 'runtime_type = ""')
+    assert cr.legacy_default_runtime(tomllib.loads(untyped)["plugins"]["cri"], (1, 6)) is None
+    out = cr.containerd_nvidia(untyped, DUMP_16_LEGACY, "1.6.20")
+    nvidia = tomllib.loads(out["dropin"])["plugins"]["cri"]["containerd"]["runtimes"]["nvidia"]
+    assert nvidia["options"]["SystemdCgroup"] is False  # runc's
+    kata = V1_LEGACY.replace("io.containerd.runc.v2", "io.containerd.kata.v2")
+    out = cr.containerd_nvidia(kata, DUMP_16_LEGACY, "1.6.20")
+    nvidia = tomllib.loads(out["dropin"])["plugins"]["cri"]["containerd"]["runtimes"]["nvidia"]
+    assert nvidia["options"]["SystemdCgroup"] is False
+    assert nvidia["runtime_type"] == "io.containerd.runc.v2"
+
+
+# --- containerd's verify failure names what failed -------------------------------------------------
+WIRED = {"wired": True, "container_check": "passed"}
+
+
+@pytest.mark.parametrize(
+    ("runtime", "loaded", "expected"),
+    [
+        (WIRED, {"restart_pending": False, "differences": []}, []),
+        ({"wired": "True", "container_check": "skipped: no verify image"}, {}, []),
+        ({**WIRED, "wired": False}, {},
+         ["the nvidia runtime with BinaryName /usr/bin/nvidia-container-runtime is not in the "
+          "effective configuration (`containerd --config /etc/containerd/config.toml config dump`)"]),
+        (WIRED, {"restart_pending": True, "differences": []},
+         ["gpustack's restart-pending marker is still there (containerd was not restarted after "
+          "gpustack changed its files)"]),
+        (WIRED, {"differences": ["runtime 'default' is loaded but no longer in the files"]},
+         ["the running containerd differs from its files (runtime 'default' is loaded but no "
+          "longer in the files)"]),
+        ({**WIRED, "container_check": "failed: ctr: image not found"}, {},
+         ["the test container failed (ctr: image not found)"]),
+        ({**WIRED, "container_check": "failed: the running containerd has no nvidia runtime handler"},
+         {"differences": ["runtime 'nvidia' is in the files but not loaded"]},
+         ["the running containerd differs from its files (runtime 'nvidia' is in the files but not "
+          "loaded)", "the test container failed (the running containerd has no nvidia runtime handler)"]),
+    ],
+)  # fmt: skip
+def test_the_verify_failure_names_only_the_conditions_that_failed(runtime, loaded, expected):
+    problems = cr.containerd_verify_problems(runtime, loaded, "nvidia", BIN,
+                                             "/etc/containerd/config.toml")  # fmt: skip
+    assert problems == expected
+    assert not any("passed" in p for p in problems)
