@@ -4,7 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-PACKAGES=(podman runc debootstrap openssh-client uidmap ca-certificates git apt-utils gnupg dpkg-dev)
+PACKAGES=(podman runc debootstrap openssh-client uidmap ca-certificates git apt-utils gnupg dpkg-dev
+          gcc libc6-dev)  # gcc, libc6-dev: the lab compiles Kubernetes' pause.c (static)
 if [ "$(id -u)" -ne 0 ]; then
     if command -v sudo >/dev/null; then exec sudo -E "$0" "$@"; fi
     echo "Error: setup needs root (apt, podman --privileged, debootstrap)" >&2

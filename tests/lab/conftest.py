@@ -18,6 +18,8 @@ HERE = Path(__file__).parent
 # (docs/lab.md, `--durations 25`); the rest keep their order.
 LONGEST_FIRST = (
     "test_runtime.py",
+    "test_containerd_v1_schema.py",
+    "test_real_cluster.py",
     "test_molecule_default.py",
     "test_credentials.py",
     "test_driver.py",

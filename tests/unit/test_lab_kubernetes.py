@@ -1,0 +1,109 @@
+"""The lab's Kubernetes pieces that need no cluster: pins, the wrapper module's replaces, the
+certificates' subjects, the kubelet and CNI configuration, image archives."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+
+import pytest
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+
+from gpustack.errors import LabError
+from gpustack.lab import components, image_archive, kubelets
+from gpustack.lab.pki import Pki, kubeconfig
+
+GOMOD = """module k8s.io/kubernetes
+
+go 1.26.0
+
+replace (
+\tk8s.io/api => ./staging/src/k8s.io/api
+\tk8s.io/client-go => ./staging/src/k8s.io/client-go
+\tk8s.io/kube-openapi => k8s.io/kube-openapi v0.0.0-2025
+)
+"""
+
+
+def test_staging_modules_map_to_their_published_release():
+    lines = components._kubernetes_replaces(GOMOD)
+    minor_patch = components.KUBERNETES_VERSION.split(".", 1)[1]
+    assert lines == [
+        f"replace k8s.io/api => k8s.io/api v0.{minor_patch}",
+        f"replace k8s.io/client-go => k8s.io/client-go v0.{minor_patch}",
+    ]
+
+
+def test_a_go_mod_without_staging_modules_is_refused():
+    with pytest.raises(LabError, match="names no staging module"):
+        components._kubernetes_replaces("module k8s.io/kubernetes\n")
+
+
+def test_versions_are_pinned_once_and_the_cache_is_keyed_by_them(monkeypatch, tmp_path):
+    monkeypatch.setenv(components.CACHE_ENV, str(tmp_path))
+    assert components.KUBERNETES.version == components.KUBERNETES_VERSION
+    where = components.component_dir(components.ETCD, "go1.26.8")
+    assert where == tmp_path / f"etcd-{components.ETCD_VERSION}-go1.26.8"
+    assert components.cached(components.ETCD, "go1.26.8") is None
+    (where / "bin").mkdir(parents=True)
+    (where / "bin" / "etcd").write_text("")
+    assert components.cached(components.ETCD, "go1.26.8") is None  # no build.json: unfinished
+    (where / "build.json").write_text("{}")
+    assert components.cached(components.ETCD, "go1.26.8") == where / "bin"
+    kwok = components.component_dir(components.KWOK, "go1.26.8")
+    (kwok / "bin").mkdir(parents=True)
+    (kwok / "bin" / "kwok").write_text("")
+    (kwok / "build.json").write_text("{}")
+    assert components.cached(components.KWOK, "go1.26.8") is None  # its stage files missing
+
+
+def test_version_ldflags_name_the_pinned_release():
+    flags = " ".join(components.KUBERNETES.ldflags)
+    assert f"gitVersion=v{components.KUBERNETES_VERSION}" in flags
+    assert "gitMajor=1" in flags
+
+
+def test_certificates_carry_the_subjects_kubernetes_authorizes(tmp_path):
+    pki = Pki(tmp_path)
+    crt, key = pki.issue("node-a", "system:node:a", ("system:nodes",))
+    cert = x509.load_pem_x509_certificate(crt.read_bytes())
+    assert cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value == "system:node:a"
+    assert cert.subject.get_attributes_for_oid(NameOID.ORGANIZATION_NAME)[0].value == (
+        "system:nodes"
+    )
+    assert cert.issuer == x509.load_pem_x509_certificate(pki.ca_cert.read_bytes()).subject
+    assert oct(key.stat().st_mode & 0o777) == "0o600"
+    again, _ = Pki(tmp_path).issue("node-a", "system:node:a", ("system:nodes",))
+    assert again.read_bytes() == crt.read_bytes()  # kept, not reissued
+    path = kubeconfig(tmp_path / "k", "https://10.0.0.1:6443", pki.ca_cert, crt, key, "u")
+    assert "https://10.0.0.1:6443" in path.read_text()
+
+
+def test_kubelet_and_cni_configuration():
+    config = kubelets.kubelet_config("10.244.3.0/24")
+    assert config["kind"] == "KubeletConfiguration"
+    assert config["authentication"]["anonymous"]["enabled"] is False
+    assert config["authorization"]["mode"] == "Webhook"
+    assert config["cgroupDriver"] == "cgroupfs" and config["failCgroupV1"] is False
+    cni = kubelets.cni_config("10.244.3.0/24")
+    assert cni["plugins"][0]["ipam"]["ranges"] == [[{"subnet": "10.244.3.0/24"}]]
+    assert cni["plugins"][0]["ipMasq"] is False
+
+
+def test_image_archive_is_a_docker_archive(tmp_path):
+    dest = image_archive.write_archive(
+        tmp_path / "i.tar", "gpustack.local/x:1", {"/bin/x": (b"#!/bin/sh\n", 0o755)}, ["/bin/x"]
+    )
+    with tarfile.open(dest) as tar:
+        manifest = json.load(tar.extractfile("manifest.json"))
+        config = json.load(tar.extractfile(manifest[0]["Config"]))
+        with tarfile.open(fileobj=tar.extractfile(manifest[0]["Layers"][0])) as layer:
+            assert layer.getmember("bin/x").mode == 0o755
+    assert manifest[0]["RepoTags"] == ["gpustack.local/x:1"]
+    assert config["config"]["Entrypoint"] == ["/bin/x"]
+    assert len(config["rootfs"]["diff_ids"]) == 1
+    again = image_archive.write_archive(
+        tmp_path / "j.tar", "gpustack.local/x:1", {"/bin/x": (b"#!/bin/sh\n", 0o755)}, ["/bin/x"]
+    )
+    assert again.read_bytes() == dest.read_bytes()  # reproducible
