@@ -53,7 +53,7 @@ def test_a_stopped_node_is_started_again(podman):
 def test_a_port_taken_before_podman_binds_it_is_replaced(monkeypatch):
     ports, started = iter([41001, 41002]), []
 
-    def start(node, image, key, init):
+    def start(node, image, key, init, kubernetes=False):
         started.append(node.port)
         if node.port == 41001:
             raise nodes.LabError(
@@ -70,7 +70,7 @@ def test_a_port_taken_before_podman_binds_it_is_replaced(monkeypatch):
 def test_other_start_failures_are_not_retried(monkeypatch):
     started = []
 
-    def start(node, image, key, init):
+    def start(node, image, key, init, kubernetes=False):
         started.append(node.port)
         raise nodes.LabError("`podman run -d --name …` failed: no such image", "")
 
