@@ -34,4 +34,4 @@ pytest -q -m lab -n "${GPUSTACK_LAB_WORKERS:-2}" --dist loadfile --no-loadscope-
     --durations 25 tests/lab
 echo "== lab subset with the newest end's controller (lab nodes from this machine, the CLI in the chroot)"
 GPUSTACK_TEST_CONTROLLER="scripts/controller-trixie.sh run python" pytest -q -m lab \
-    tests/lab/test_lab.py -k "inventory or doctor or install_completes or check_mode or unreachable"
+    tests/lab/test_lab.py -k "reachable_nodes or doctor or install_completes or check_mode or unreachable_host"
