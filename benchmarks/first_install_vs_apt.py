@@ -21,20 +21,17 @@ timed downloads the floor did not make, so it is not counted and runs again once
 (`counted_rounds`). --rounds N repeats on fresh nodes and prints the median. The lab is torn
 down at the end (--keep leaves it).
 
-The controller's caches (~/.cache/gpustack: module payloads and compiled templates, which any
-earlier gpustack run on the controller fills, `plan` included) are used as they are and each
-round says what they held; --cold-controller gives every round empty ones, as on a controller
-that never ran gpustack.
+gpustack runs `ansible-playbook` as ansible-core ships it (through ansible-runner), with the
+settings of gpustack/ansible/settings.py; the round prints ansible-core's and Python's versions.
 
     python benchmarks/first_install_vs_apt.py [--rounds 1] [--keep] [--lab NAME] [--top 15]
-        [--cold-controller]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
+import platform
 import statistics
 import sys
 import tempfile
@@ -45,7 +42,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks import labbench, run_profile
-from gpustack.ansible.payloads import cache_root
 from gpustack.lab.images import apt_cache_dir
 from tests.fixtures import lab_fixtures
 
@@ -144,14 +140,12 @@ def installed(ssh: list[str]) -> set[str]:
     return set(proc.stdout.split())
 
 
-def one_round(lab: str, top: int, cold: bool = False) -> tuple[float, float, float, int]:
+def one_round(lab: str, top: int) -> tuple[float, float, float, int]:
     """(gpustack seconds, floor seconds, gpustack seconds outside apt tasks, packages fetched)."""
     inventory = Path(f"/tmp/gpustack-{lab}.ini")
     state = Path(tempfile.mkdtemp(prefix=f"gpustack-{lab}-state-"))
     env = {"GPUSTACK_STATE_DIR": str(state)}
-    if cold:  # gpustack's payload and template caches empty, as before its first run here
-        env["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix=f"gpustack-{lab}-xdg-")
-    print(f"  controller caches (~/.cache/gpustack: payloads, templates): {controller_caches(env)}")
+    print(f"  controller: {controller()}")
     labbench.lab_down(lab)  # fresh nodes every round
     labbench.lab_up(lab, 4, inventory)
     containers = labbench.containers(lab, 4)
@@ -196,14 +190,11 @@ def one_round(lab: str, top: int, cold: bool = False) -> tuple[float, float, flo
     return seconds, floor_s, outside, fetched
 
 
-def controller_caches(env: dict) -> str:
-    """What gpustack's run will find of its caches (gpustack/ansible: payloads, jinja_cache)."""
-    environ = {**os.environ, **env}
-    payloads = len(list(cache_root("ansiballz", environ).glob("*/*")))
-    templates = sum(p.stat().st_size for p in cache_root("jinja", environ).glob("*/*.m"))
-    if not payloads and not templates:
-        return "cold (empty)"
-    return f"warm ({payloads} payloads, {templates / 2**20:.1f} MiB of compiled templates)"
+def controller() -> str:
+    """What runs the playbooks: ansible-core's and Python's versions."""
+    from ansible.release import __version__
+
+    return f"ansible-core {__version__}, Python {platform.python_version()}"
 
 
 def counted_rounds(rounds: int, one: Callable[[], tuple[float, float, float, int]]) -> list:
@@ -231,13 +222,9 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="leave the lab up")
     parser.add_argument("--lab", default=LAB, help=f"lab name (default {LAB})")
     parser.add_argument("--top", type=int, default=15, help="tasks of the profile to print")
-    parser.add_argument("--cold-controller", action="store_true",
-                        help="empty payload and template caches in every round")  # fmt: skip
     args = parser.parse_args()
     try:
-        measured = counted_rounds(
-            args.rounds, lambda: one_round(args.lab, args.top, args.cold_controller)
-        )
+        measured = counted_rounds(args.rounds, lambda: one_round(args.lab, args.top))
     finally:
         if not args.keep:
             labbench.lab_down(args.lab)

@@ -26,9 +26,21 @@ if [ ${#missing[@]} -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-if [ ! -x .venv/bin/gpustack ] || [ pyproject.toml -nt .venv/.installed ]; then
+# Reproducible: the versions CI tested for this Python (constraints/pyX.Y.txt, a `pip freeze` of a
+# clean venv); a Python without such a file gets the newest versions pyproject.toml allows.
+PYVER=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+CONSTRAINTS=constraints/py$PYVER.txt
+PIN=()
+if [ -f "$CONSTRAINTS" ]; then
+    PIN=(-c "$CONSTRAINTS")
+else
+    echo "Note: no $CONSTRAINTS; installing the newest versions pyproject.toml allows" >&2
+    CONSTRAINTS=pyproject.toml
+fi
+if [ ! -x .venv/bin/gpustack ] || [ pyproject.toml -nt .venv/.installed ] \
+        || [ "$CONSTRAINTS" -nt .venv/.installed ]; then
     "$PYTHON" -m venv .venv
-    .venv/bin/pip install -q --disable-pip-version-check -e '.[test]'
+    .venv/bin/pip install -q --disable-pip-version-check "${PIN[@]}" -e '.[test]'
     touch .venv/.installed
 fi
 # The checkout is the collection gpustack.gpustack; ansible.cfg finds it through this link

@@ -21,6 +21,9 @@ Usage: scripts/wheelhouse.sh [options]
   --glibc 2.N           oldest glibc the wheels may need (default 2.28: EL8, Debian 10+, Ubuntu 20.04+)
   --platform TAG        exact pip platform tag, repeatable (overrides --arch/--glibc)
   --build-sdists        build dependencies that publish only an sdist (target must match this machine)
+  --constraints FILE    pin versions (default: constraints/pyX.Y.txt of the checkout for the target
+                        Python, when there is one: the versions CI tested)
+  --no-constraints      the newest versions gpustack's requirements allow
   --no-check            skip the offline resolution check at the end
 Environment: PYTHON (default python3) runs pip; the gpustack source is this checkout.
 USAGE
@@ -37,6 +40,8 @@ GLIBC=2.28
 PLATFORMS=()
 BUILD_SDISTS=0
 CHECK=1
+CONSTRAINTS=""
+PINNED=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --dest) DEST=${2:?}; shift 2 ;;
@@ -45,6 +50,8 @@ while [ $# -gt 0 ]; do
         --glibc) GLIBC=${2:?}; shift 2 ;;
         --platform) PLATFORMS+=("${2:?}"); shift 2 ;;
         --build-sdists) BUILD_SDISTS=1; shift ;;
+        --constraints) CONSTRAINTS=${2:?}; shift 2 ;;
+        --no-constraints) PINNED=0; shift ;;
         --no-check) CHECK=0; shift ;;
         -h|--help) usage; exit 0 ;;
         *) fail "unknown option $1" "see scripts/wheelhouse.sh --help" ;;
@@ -71,6 +78,16 @@ fi
 if [ -e "$DEST" ] && [ -n "$(ls -A "$DEST" 2>/dev/null)" ]; then
     fail "--dest $DEST is not empty" "pass a new or empty directory (a wheelhouse is built once per target)"
 fi
+PIN=()
+if [ "$PINNED" -eq 1 ]; then
+    [ -n "$CONSTRAINTS" ] || [ ! -f "$ROOT/constraints/py$PYVER.txt" ] || CONSTRAINTS=$ROOT/constraints/py$PYVER.txt
+    if [ -n "$CONSTRAINTS" ]; then
+        [ -f "$CONSTRAINTS" ] || fail "--constraints $CONSTRAINTS does not exist" "pass a pip constraints file, e.g. constraints/py3.11.txt"
+        PIN=(--constraint "$(cd "$(dirname "$CONSTRAINTS")" && pwd)/$(basename "$CONSTRAINTS")")
+    else
+        echo "Note: no constraints/py$PYVER.txt: the newest versions gpustack's requirements allow (--constraints FILE pins them)" >&2
+    fi
+fi
 mkdir -p "$DEST"
 DEST=$(cd "$DEST" && pwd)
 ABI="cp${PYVER/./}"
@@ -84,7 +101,7 @@ WHEEL=$(ls "$DEST"/gpustack-*.whl)
 echo "Downloading wheels for CPython $PYVER on ${PLATFORMS[0]} … ${PLATFORMS[-1]}"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-if ! "$PY" -m pip download --quiet --dest "$DEST" --only-binary=:all: "${TARGET[@]}" \
+if ! "$PY" -m pip download --quiet --dest "$DEST" --only-binary=:all: "${TARGET[@]}" "${PIN[@]}" \
         "$WHEEL" pip >"$log" 2>&1; then
     missing=$(grep -oE 'No matching distribution found for [^ ]+' "$log" | awk '{print $NF}' | sort -u | tr '\n' ' ')
     if [ "$BUILD_SDISTS" -eq 0 ]; then
@@ -97,14 +114,14 @@ if ! "$PY" -m pip download --quiet --dest "$DEST" --only-binary=:all: "${TARGET[
                 "run the script on a machine matching the target"
     echo "No wheel for: ${missing:-?}; building sdists into wheels here (pip wheel)"
     before=$(ls "$DEST")
-    "$PY" -m pip wheel --quiet --prefer-binary --wheel-dir "$DEST" "$WHEEL" pip
+    "$PY" -m pip wheel --quiet --prefer-binary --wheel-dir "$DEST" "${PIN[@]}" "$WHEEL" pip
     echo "Built or added here: $(comm -13 <(echo "$before") <(ls "$DEST") | tr '\n' ' ')"
 fi
 
 ( cd "$DEST" && ls ./*.whl | sed 's|^\./||' | sed -E 's/^([^-]+)-([^-]+)-.*/\1==\2/' | sort > requirements.txt )
 cp "$ROOT/scripts/gpu-smoke.sh" "$DEST/gpu-smoke.sh"
 cat > "$DEST/README.txt" <<TXT
-gpustack wheelhouse: CPython $PYVER, platforms ${PLATFORMS[*]}
+gpustack wheelhouse: CPython $PYVER, platforms ${PLATFORMS[*]}, ${PIN[1]:+pinned by $(basename "${PIN[1]}")}${PIN[1]:-newest allowed versions}
 Built $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(cd "$ROOT" && git describe --always --dirty 2>/dev/null || echo "a source tree").
 
 Smoke-test this machine (read-only, no network; a temporary venv, removed afterwards):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+import gpustack.ansible  # noqa: F401  (Ansible's inventory settings, before any test imports ansible)
 
 ROOT = Path(__file__).resolve().parent.parent
 GPUSTACK = [sys.executable, "-m", "gpustack"]
@@ -26,10 +29,21 @@ def state_dir(tmp_path, monkeypatch) -> Path:
     return path
 
 
+def cli(*args: str) -> list[str]:
+    """The command line of `gpustack ARGS`. GPUSTACK_TEST_CONTROLLER names another Python to run
+    it (a command line run from the checkout, e.g. `scripts/controller-trixie.sh run python`:
+    the newest end of the ansible-core range, scripts/test.sh); `lab` commands, which drive this
+    machine's podman, stay on this one."""
+    controller = os.environ.get("GPUSTACK_TEST_CONTROLLER")
+    if controller and args[:1] != ("lab",):
+        return [*shlex.split(controller), "-m", "gpustack", *args]
+    return [*GPUSTACK, *args]
+
+
 def run_cli(*args: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     merged = {**os.environ, **(env or {})}
     return subprocess.run(
-        [*GPUSTACK, *args], capture_output=True, text=True, env=merged, timeout=timeout, cwd=ROOT
+        cli(*args), capture_output=True, text=True, env=merged, timeout=timeout, cwd=ROOT
     )
 
 

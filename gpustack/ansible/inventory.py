@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from gpustack import paths
+from gpustack.ansible import INVENTORY_ENVIRONMENT
 from gpustack.errors import BadInput
 
 TARGET_GROUP = "gpu_nodes"
@@ -38,15 +39,19 @@ class Inventory:
 
 
 def _ansible_inventory_manager(path: Path):
-    """Build an InventoryManager restricted to the INI and YAML plugins; quiet on stderr."""
-    os.environ.setdefault("ANSIBLE_INVENTORY_ENABLED", ",".join(_ENABLED_PLUGINS))
+    """Build an InventoryManager restricted to the INI and YAML plugins; quiet on stderr.
+    The restriction is Ansible's own settings, from the environment gpustack.ansible set before
+    ansible was imported (its __init__)."""
     from ansible import constants as C
     from ansible.errors import AnsibleError
     from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
 
-    C.INVENTORY_ENABLED = list(_ENABLED_PLUGINS)
-    C.INVENTORY_UNPARSED_IS_FAILED = True
+    if list(C.INVENTORY_ENABLED) != list(_ENABLED_PLUGINS) or not C.INVENTORY_UNPARSED_IS_FAILED:
+        raise RuntimeError(  # a programming error: ansible imported before gpustack.ansible
+            "ansible.constants was loaded before gpustack.ansible set the inventory settings "
+            f"{INVENTORY_ENVIRONMENT}"
+        )
     warnings = io.StringIO()
     try:
         with contextlib.redirect_stderr(warnings):

@@ -25,6 +25,7 @@ from typing import Any
 import ansible_runner
 
 from gpustack import credentials, paths
+from gpustack.ansible import settings
 from gpustack.ansible.results import RunResult, RunTracker
 
 KEEP_RUNS = 20
@@ -68,14 +69,11 @@ class RunSpec:
             "ANSIBLE_ROLES_PATH": str(paths.roles_dir()),
             # The roles call their modules and filters as gpustack.gpustack.* (plugins/).
             "ANSIBLE_COLLECTIONS_PATH": str(paths.collections_path()),
-            "ANSIBLE_PIPELINING": "True",
-            "ANSIBLE_GATHERING": "explicit",
+            # pipelining, ControlPersist, ...: what every runner of the roles gets (settings.py)
+            **settings.environment(),
+            # the inventory was read with these two plugins (inventory.py)
             "ANSIBLE_INVENTORY_ENABLED": "ini,yaml",
             "ANSIBLE_RETRY_FILES_ENABLED": "False",
-            "ANSIBLE_PYTHON_INTERPRETER": "auto_silent",
-            "ANSIBLE_DEPRECATION_WARNINGS": "False",
-            "ANSIBLE_SSH_ARGS": "-C -o ControlMaster=auto -o ControlPersist=120s",
-            "ANSIBLE_TIMEOUT": "20",
             "ANSIBLE_FORCE_COLOR": "False",
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         }
@@ -143,15 +141,23 @@ def _secret_vars(data_dir: Path, variables: dict) -> tuple[dict, Path | None]:
     return plain, path
 
 
+def ansible_playbook() -> str:
+    """The `ansible-playbook` that ansible-core installed beside this Python (a venv's bin), else
+    the first on PATH: ansible-core's own command, unpatched."""
+    beside = Path(sys.executable).parent / "ansible-playbook"
+    return (
+        str(beside) if beside.exists() else shutil.which("ansible-playbook") or "ansible-playbook"
+    )
+
+
 def _guard(data_dir: Path, playbook: Path) -> Path:
-    """ansible-playbook under childguard.py, so it dies with this process (SIGKILL too), with
-    what every run did again done once (launch.py: payloads, templates, plugins).
+    """ansible-playbook under childguard.py, so it dies with this process (SIGKILL too).
     ansible-runner passes every option to a custom binary but not the playbook: the shim adds it."""
     shim = data_dir / "ansible-playbook-guarded"
     python = shlex.quote(sys.executable)
     shim.write_text(
         f"#!/bin/sh\nexec {python} -m gpustack.ansible.childguard "
-        f'{python} -m gpustack.ansible.launch "$@" {shlex.quote(str(playbook))}\n',
+        f'{shlex.quote(ansible_playbook())} "$@" {shlex.quote(str(playbook))}\n',
         encoding="utf-8",
     )
     shim.chmod(0o755)

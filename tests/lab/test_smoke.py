@@ -54,6 +54,10 @@ def wheelhouse(tmp_path_factory):
     assert any(n.startswith("gpustack-") for n in names) and any(
         n.startswith("pip-") for n in names
     )
+    # pinned by the constraints CI tested for this Python (constraints/pyX.Y.txt)
+    pins = (ROOT / f"constraints/py{sys.version_info[0]}.{sys.version_info[1]}.txt").read_text()
+    core = next(line for line in pins.splitlines() if line.startswith("ansible-core=="))
+    assert core.replace("-", "_") in (dest / "requirements.txt").read_text().splitlines()
     return dest
 
 

@@ -290,6 +290,11 @@ def test_check_mode_proves_a_changed_source_on_copies(
     assert password not in raw
 
 
+def _apt_major() -> int:
+    out = subprocess.run(["apt-get", "--version"], capture_output=True, text=True).stdout
+    return int(out.split()[1].split(".")[0])
+
+
 def user_source(env, repo, name: str, options: str) -> Path:
     """A source the host already has for the fixture repository, as NVIDIA's guides write one."""
     arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True,
@@ -307,6 +312,9 @@ def test_the_same_repository_under_another_key_is_refused_before_any_change(
 ):
     """apt refuses every source of the host when one repository has two keys (or a key and
     none): the module names the host's file and writes nothing, in check mode too (plan)."""
+    if not options and _apt_major() >= 3:
+        pytest.skip("apt 3 (Debian 13) reads a repository declared with a key and without one "
+                    "(the module's run with it succeeds, apt-get update included): no conflict")  # fmt: skip
     theirs = user_source(env, repo, "nvidia-container-toolkit.list", options)
     user_source(env, repo, "unrelated.list", "").write_text(
         "deb file:///nonexistent/other-repo /\n"

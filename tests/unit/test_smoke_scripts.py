@@ -25,6 +25,7 @@ def run(*argv, env=None):
         (["--arch", "ppc64le"], "unsupported --arch ppc64le"),
         (["--glibc", "2.5"], "--glibc 2.5 is not 2.N with N >= 17"),
         (["--bogus"], "unknown option --bogus"),
+        (["--constraints", "/nonexistent.txt"], "--constraints /nonexistent.txt does not exist"),
     ],
 )
 def test_wheelhouse_bad_input(tmp_path, args, message):
