@@ -12,6 +12,7 @@ import typer
 
 from gpustack import __version__, commands
 from gpustack.ansible.inventory import inventory_source
+from gpustack.ansible.vault import VaultOptions
 from gpustack.errors import ExitCode, GpustackError, note_sigterm
 from gpustack.terminal import output
 
@@ -20,15 +21,19 @@ try:  # typer >= 0.26 vendors click; older releases use the click package
 except ImportError:  # pragma: no cover - depends on the installed typer
     from click import exceptions as click_exceptions
 
+HELP = {"help_option_names": ["-h", "--help"]}  # -h as ansible-playbook takes it
 app = typer.Typer(
     help="Bring NVIDIA GPU nodes up and keep them current (driver, toolkit, runtime, k8s).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    context_settings=HELP,
 )
 lab_app = typer.Typer(
-    help="A local lab of podman systemd nodes (no GPUs) to try gpustack on.", no_args_is_help=True
+    help="A local lab of podman systemd nodes (no GPUs) to try gpustack on.",
+    no_args_is_help=True,
+    context_settings=HELP,
 )
 app.add_typer(lab_app, name="lab")
 
@@ -48,7 +53,29 @@ Local = Annotated[
 Limit = Annotated[str | None, typer.Option("--limit", "-l", help="Ansible host pattern.")]
 ExtraVars = Annotated[
     list[str] | None,
-    typer.Option("--extra-vars", "-e", help="KEY=VALUE, @file.yml or a YAML mapping; repeatable."),
+    typer.Option(
+        "--extra-vars",
+        "-e",
+        help="As ansible-playbook: KEY=VALUE [KEY=VALUE...], @file.yml or a YAML/JSON mapping; "
+        "repeatable.",
+    ),
+]
+VaultPasswordFile = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--vault-password-file",
+        help="Vault password file (or script), as ansible-playbook; repeatable.",
+        metavar="FILE",
+    ),
+]
+VaultId = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--vault-id", help="Vault identity ID@FILE or ID@prompt; repeatable.", metavar="ID"
+    ),
+]
+AskVaultPass = Annotated[
+    bool, typer.Option("--ask-vault-pass", "-J", help="Ask for the vault password.")
 ]
 Tags = Annotated[str, typer.Option("--tags", "-t", help="Only tasks with these tags.")]
 SkipTags = Annotated[str, typer.Option("--skip-tags", help="Skip tasks with these tags.")]
@@ -67,6 +94,7 @@ Forks = Annotated[
         "--forks",
         "-f",
         min=1,
+        max=1000,
         help="Hosts a playbook works on at once (ansible-playbook -f); default: all, up to 50.",
     ),
 ]
@@ -102,7 +130,15 @@ COMMON_OPTIONS = {
     "report": (Report, None),
     "verbose": (Verbose, 0),
     "forks": (Forks, None),
+    "vault_password_file": (VaultPasswordFile, None),
+    "vault_id": (VaultId, None),
+    "ask_vault_pass": (AskVaultPass, False),
 }
+
+
+def _vault(common: dict) -> VaultOptions:
+    files, ids = common.get("vault_password_file") or (), common.get("vault_id") or ()
+    return VaultOptions(tuple(files), tuple(ids), bool(common.get("ask_vault_pass")))
 
 
 def host_command(fn):
@@ -130,7 +166,7 @@ def _opts(inventory, local=False, tags="", skip_tags="", kubeconfig=None, wait=F
     c = common or {}
     return commands.HostOptions(
         inventory_source(inventory, local), c["limit"], c["extra_vars"] or [], tags, skip_tags,
-        kubeconfig, c["output_"], c["report"], c["verbose"], wait, c["forks"],
+        kubeconfig, c["output_"], c["report"], c["verbose"], wait, c["forks"], _vault(c),
     )  # fmt: skip
 
 
@@ -282,7 +318,7 @@ def upgrade(
         canary_pause, yes, drain, pod_selector, wait_for_jobs_timeout, pod_deletion_timeout,
         force, drain_timeout, validation_timeout, max_failures, resume, retry_failed, dry_run,
         kubeconfig, common["limit"], common["extra_vars"], common["output_"], common["report"],
-        common["verbose"], wait, common["forks"],
+        common["verbose"], wait, common["forks"], _vault(common),
     )  # fmt: skip
     _exit(run_upgrade(options))
 
@@ -353,9 +389,13 @@ def manifests(
     ] = False,
     limit: Limit = None,
     extra_vars: ExtraVars = None,
+    vault_password_file: VaultPasswordFile = None,
+    vault_id: VaultId = None,
+    ask_vault_pass: AskVaultPass = False,
 ) -> None:
     """Write the Kubernetes manifests gpustack would apply, as YAML files; contact no cluster."""
-    _exit(commands.manifests(inventory, output_dir, servicemonitor, limit, extra_vars or []))
+    vault = _vault(locals())
+    _exit(commands.manifests(inventory, output_dir, servicemonitor, limit, extra_vars or [], vault))
 
 
 @lab_app.command("up")

@@ -25,6 +25,8 @@ from typing import Any
 import ansible_runner
 
 from gpustack import credentials, paths
+from gpustack.ansible import extravars as extra_vars
+from gpustack.ansible import vault
 from gpustack.ansible.results import RunResult, RunTracker
 
 KEEP_RUNS = 20
@@ -78,6 +80,8 @@ class RunSpec:
             "ANSIBLE_TIMEOUT": "20",
             "ANSIBLE_FORCE_COLOR": "False",
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            # ANSIBLE_VAULT_PASSWORD_FILE / _IDENTITY_LIST as gpustack read them, paths absolute
+            **vault.playbook_env(),
         }
 
 
@@ -201,11 +205,15 @@ def _run(
     limit_file = data_dir / "limit.txt"
     limit_file.write_text("\n".join(spec.hosts) + "\n", encoding="utf-8")
     events: queue.Queue[dict] = queue.Queue()
+    # `-e @FILE` items reach ansible-playbook as given (it reads and decrypts them itself), in
+    # their order, before the values given inline, which win as they do on a command line.
+    values, files = extra_vars.for_playbook(spec.extravars)
     # Secrets never reach ansible-runner's env/extravars: a 0600 file, gone once read.
-    extravars, secret_file = _secret_vars(data_dir, spec.extravars)
-    cmdline = " ".join(
-        filter(None, [spec.cmdline(), secret_file and f"-e @{shlex.quote(str(secret_file))}"])
-    )
+    extravars, secret_file = _secret_vars(data_dir, values)
+    options = [*vault.playbook_args(), *(a for f in files for a in ("-e", f"@{f}"))]
+    if secret_file:
+        options += ["-e", f"@{secret_file}"]
+    cmdline = " ".join(filter(None, [spec.cmdline(), shlex.join(options)]))
 
     masked: list[str] = []
 
@@ -232,6 +240,7 @@ def _run(
         envvars=spec.envvars(),
         quiet=True,
         event_handler=handler,
+        passwords=vault.prompt_answers() or None,  # --ask-vault-pass: answered from memory
         cancel_callback=lambda: canceled["requested"] or bool(cancel and cancel()),
         # ansible-runner asks cancel_callback once per pexpect wait, 5 s by default: a Ctrl-C or
         # SIGTERM left the playbook running up to 5 s more (tasks started in them included).
