@@ -37,6 +37,9 @@ lab_app = typer.Typer(
 )
 app.add_typer(lab_app, name="lab")
 
+MAX_SECONDS = 7 * 24 * 3600  # timeouts and pauses: a week at most (also refuses inf)
+MAX_NODES = 100_000  # node counts
+
 Inventory = Annotated[
     str, typer.Argument(help="Ansible inventory (INI or YAML).", show_default=False)
 ]
@@ -105,7 +108,10 @@ Full = Annotated[
 # Options of the commands that evict GPU pods (upgrade, mig).
 Force = Annotated[bool, typer.Option("--force", help="Also evict GPU pods no controller manages.")]
 PodDeletionTimeout = Annotated[
-    float, typer.Option("--pod-deletion-timeout", min=1, help="Seconds to evict GPU pods.")
+    float,
+    typer.Option(
+        "--pod-deletion-timeout", min=1, max=MAX_SECONDS, help="Seconds to evict GPU pods."
+    ),
 ]
 Wait = Annotated[
     bool,
@@ -268,13 +274,16 @@ def upgrade(
         str, typer.Option("--max-unavailable", help="Nodes out of service at once: N or P%.")
     ] = "25%",
     max_parallel: Annotated[
-        int, typer.Option("--max-parallel", min=1, help="Nodes upgraded at once.")
+        int, typer.Option("--max-parallel", min=1, max=MAX_NODES, help="Nodes upgraded at once.")
     ] = 1,
     canary: Annotated[
-        int, typer.Option("--canary", min=0, help="First batch size; then pause.")
+        int, typer.Option("--canary", min=0, max=MAX_NODES, help="First batch size; then pause.")
     ] = 0,
     canary_pause: Annotated[
-        float, typer.Option("--canary-pause", min=0, help="Seconds to wait after the canary.")
+        float,
+        typer.Option(
+            "--canary-pause", min=0, max=MAX_SECONDS, help="Seconds to wait after the canary."
+        ),
     ] = 0,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Continue without asking.")] = False,
     drain: Annotated[
@@ -284,18 +293,28 @@ def upgrade(
         str, typer.Option("--wait-for-jobs", help="Wait for pods matching this label selector.")
     ] = "",
     wait_for_jobs_timeout: Annotated[
-        float, typer.Option("--wait-for-jobs-timeout", min=0, help="Seconds; 0: no limit.")
+        float,
+        typer.Option(
+            "--wait-for-jobs-timeout", min=0, max=MAX_SECONDS, help="Seconds; 0: no limit."
+        ),
     ] = 0,
     pod_deletion_timeout: PodDeletionTimeout = 300,
     force: Force = False,
     drain_timeout: Annotated[
-        float, typer.Option("--drain-timeout", min=1, help="Seconds to drain a node.")
+        float,
+        typer.Option("--drain-timeout", min=1, max=MAX_SECONDS, help="Seconds to drain a node."),
     ] = 300,
     validation_timeout: Annotated[
-        float, typer.Option("--validation-timeout", min=1, help="Seconds to validate a node.")
+        float,
+        typer.Option(
+            "--validation-timeout", min=1, max=MAX_SECONDS, help="Seconds to validate a node."
+        ),
     ] = 600,
     max_failures: Annotated[
-        int, typer.Option("--max-failures", min=0, help="Failed nodes tolerated before stopping.")
+        int,
+        typer.Option(
+            "--max-failures", min=0, max=MAX_NODES, help="Failed nodes tolerated before stopping."
+        ),
     ] = 0,
     resume: Annotated[
         bool, typer.Option("--resume", help="Continue the recorded upgrade.")
@@ -332,7 +351,10 @@ def mig(
     force: Force = False,
     pod_deletion_timeout: PodDeletionTimeout = 300,
     validation_timeout: Annotated[
-        float, typer.Option("--validation-timeout", min=1, help="Seconds for the new resources.")
+        float,
+        typer.Option(
+            "--validation-timeout", min=1, max=MAX_SECONDS, help="Seconds for the new resources."
+        ),
     ] = 600,
     kubeconfig: Kubeconfig = None,
     wait: Wait = False,

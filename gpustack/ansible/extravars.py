@@ -15,13 +15,15 @@ and decrypts those files itself (see `for_playbook`): gpustack never writes a va
 
 from __future__ import annotations
 
+import contextlib
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gpustack import credentials
 from gpustack.ansible import vault
-from gpustack.ansible.inventory import TooLarge, plain, printable
+from gpustack.ansible.inventory import TooLarge, check_files, plain, printable
 from gpustack.errors import BadInput
 
 _FORMS = (
@@ -89,15 +91,17 @@ def _load_file(name: str, where: str) -> tuple[Path, Any]:
     path = Path(name).expanduser()
     if not path.exists():
         raise BadInput(f"{where}: file not found", "give the path of a YAML or JSON file") from None
-    if path.is_dir() or not _readable(path):
+    if not path.is_file() or not _readable(path):
         raise BadInput(f"{where}: not a readable file", "give the path of a YAML or JSON file")
     path = path.resolve()
+    check_files(path, where)
     loader = vault.loader()
     try:
-        try:
-            data = loader.load_from_file(str(path), cache="none", trusted_as_template=True)
-        except TypeError:  # ansible-core before 2.19: no trusted_as_template (all trusted)
-            data = loader.load_from_file(str(path), cache="none")
+        with contextlib.redirect_stderr(io.StringIO()):  # Ansible's warnings: the error says it
+            try:
+                data = loader.load_from_file(str(path), cache="none", trusted_as_template=True)
+            except TypeError:  # ansible-core before 2.19: no trusted_as_template (all trusted)
+                data = loader.load_from_file(str(path), cache="none")
     except RecursionError:
         raise BadInput(f"{where}: nested too deeply", "extra vars are a YAML mapping") from None
     except Exception as exc:  # Ansible's parser and vault errors; their message is the cause

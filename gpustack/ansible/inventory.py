@@ -100,6 +100,10 @@ def load_inventory(path: str | Path, limit: str | None = None) -> Inventory:
         )
     if not os.access(inv_path, os.R_OK) or (inv_path.is_file() and not _readable(inv_path)):
         raise BadInput(f"inventory {path} is not readable", "check the file's permissions")
+    if not (inv_path.is_file() or inv_path.is_dir()):
+        raise BadInput(f"inventory {path} is not a regular file or directory",
+                       "pass the path of an Ansible INI or YAML inventory")  # fmt: skip
+    check_files(inv_path, f"inventory {path}")
 
     manager = _ansible_inventory_manager(inv_path)
     group = TARGET_GROUP if TARGET_GROUP in manager.groups else "all"
@@ -140,6 +144,79 @@ def load_inventory(path: str | Path, limit: str | None = None) -> Inventory:
     )
 
 
+MAX_EXPANDED = 100_000  # YAML values of one inventory or vars file, each alias counted again
+_SCAN_FILES = 2_000
+
+
+def check_files(path: Path, where: str) -> None:
+    """Before Ansible reads an inventory (file or directory, with the group_vars/ and host_vars/
+    beside it): each file is UTF-8 text (ansible-core deprecates anything else and reads it
+    mangled), and no YAML file's aliases expand past MAX_EXPANDED values (a "billion laughs"
+    file makes Ansible's own inventory parser run for ever)."""
+    base = path if path.is_dir() else path.parent
+    candidates = [path] if path.is_file() else []
+    for folder in ([path] if path.is_dir() else []) + [base / "group_vars", base / "host_vars"]:
+        if folder.is_dir():
+            candidates += sorted(p for p in folder.rglob("*") if p.is_file())[:_SCAN_FILES]
+    for file in candidates[:_SCAN_FILES]:
+        try:
+            data = file.read_bytes()
+        except OSError:
+            continue  # Ansible says why when it reads it
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            if file.suffix in (".retry", ".pyc") or _is_vault(data):
+                continue
+            what = where if file == path else f"{where}: {file.relative_to(base)}"
+            hint = "inventories and vars files are UTF-8 text (INI, YAML or JSON)"
+            raise BadInput(f"{what} is not UTF-8 text (byte {exc.start})", hint) from None
+        size = _yaml_expanded_size(text)
+        if size > MAX_EXPANDED:
+            what = "its" if file == path else f"those of {file.relative_to(base)}"
+            raise BadInput(
+                f"{where}: {what} YAML aliases expand to more than {MAX_EXPANDED} values",
+                "write the values out (or with fewer &anchor/*alias levels)",
+            )
+
+
+def _is_vault(data: bytes) -> bool:
+    return data.lstrip().startswith(b"$ANSIBLE_VAULT")
+
+
+def _yaml_expanded_size(text: str) -> int:
+    """How many values a YAML document holds once every alias is expanded (0 when it is not
+    YAML or holds no alias): counted over PyYAML's node graph, each node once (memoized)."""
+    if "*" not in text or "&" not in text:
+        return 0
+    import yaml
+
+    loader_class = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        nodes = list(yaml.compose_all(text, Loader=loader_class))
+    except (yaml.YAMLError, RecursionError, ValueError):
+        return 0  # not YAML, or broken: Ansible's parser reports it
+    sizes: dict[int, int] = {}
+
+    def size(node) -> int:
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        sizes[id(node)] = 1  # a recursive alias counts once
+        total = 1
+        if isinstance(node, yaml.MappingNode):
+            total += sum(size(k) + size(v) for k, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            total += sum(size(v) for v in node.value)
+        sizes[id(node)] = min(total, MAX_EXPANDED + 1)
+        return sizes[id(node)]
+
+    try:
+        return sum(size(node) for node in nodes if node is not None)
+    except RecursionError:
+        return 0
+
+
 def _limit_from_file(limit: str) -> str:
     """`--limit` with its `@FILE` elements (ansible-playbook's form, e.g. a .retry file) replaced
     by the file's lines, one pattern each, as InventoryManager.subset reads them."""
@@ -153,6 +230,8 @@ def _limit_from_file(limit: str) -> str:
             patterns.append(element)
             continue
         path = Path(element[1:]).expanduser()
+        if path.exists() and not path.is_file():
+            raise BadInput(f"--limit {element}: not a regular file", "one host per line")
         try:
             lines = path.read_text(encoding="utf-8").split("\n")
         except (OSError, UnicodeDecodeError) as exc:
@@ -251,6 +330,10 @@ def plain(value: Any, _budget: list[int] | None = None, _depth: int = 0) -> Any:
     return value
 
 
+class TemplateBroken(ValueError):
+    """A Jinja2 template that cannot be parsed: no play could render it."""
+
+
 def templated(value: Any) -> bool:
     return isinstance(value, str) and ("{{" in value or "{%" in value)
 
@@ -258,13 +341,15 @@ def templated(value: Any) -> bool:
 def _render(templar, value: Any) -> Any:
     """`value` rendered by Ansible's Templar, or unchanged where it needs what only a play has
     (facts, registered results): the play renders it then. Vault errors propagate."""
-    from ansible.errors import AnsibleError
+    from ansible.errors import AnsibleError, AnsibleTemplateSyntaxError
 
     from gpustack import credentials
     from gpustack.ansible import vault
 
     try:
         rendered = templar.template(value)
+    except AnsibleTemplateSyntaxError as exc:
+        raise TemplateBroken(vault.one_line(exc)) from None
     except AnsibleError as exc:
         if vault.is_vault_error(exc):
             raise
@@ -299,9 +384,10 @@ def resolved_vars(
         variables = VariableManager(loader=vault.loader(), inventory=manager)
         for name in missing:
             try:
-                inventory.play_vars[name] = variables.get_vars(
-                    host=manager.get_host(name), include_hostvars=False
-                )
+                with contextlib.redirect_stderr(io.StringIO()):
+                    inventory.play_vars[name] = variables.get_vars(
+                        host=manager.get_host(name), include_hostvars=False
+                    )
             except Exception as exc:
                 if vault.is_vault_error(exc):
                     raise vault.refusal(f"inventory {inventory.path} (host {name})", exc) from None
@@ -316,10 +402,17 @@ def resolved_vars(
                 from ansible.template import Templar
 
                 templar = Templar(loader=vault.loader(), variables={**every, **(extravars or {})})
-                wanted = {k: _render(templar, v) if templated(v) else v for k, v in wanted.items()}
+                for key, value in wanted.items():
+                    try:
+                        wanted[key] = _render(templar, value) if templated(value) else value
+                    except TemplateBroken as exc:
+                        raise TemplateBroken(f"{key}: {exc}") from None
             found[name] = {k: plain(v) for k, v in wanted.items()}
         except TooLarge as exc:
             raise BadInput(f"inventory host {name}: {exc}", _PARSE_HINT) from None
+        except TemplateBroken as exc:
+            hint = "fix the Jinja2 expression ({{ ... }}) in the inventory"
+            raise BadInput(f"inventory host {name}: {printable(str(exc))}", hint) from None
         except Exception as exc:
             if vault.is_vault_error(exc):
                 raise vault.refusal(f"inventory {inventory.path} (host {name})", exc) from None

@@ -115,6 +115,15 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None, target_check=None) 
         opts.kubeconfig,
         "pass the path of a kubeconfig file, or leave --kubeconfig out for a host-only fleet",
     )
+    if not kubeconfig:
+        cluster_only = (("--drain", opts.drain), ("--force", opts.force),
+                        ("--wait-for-jobs", bool(opts.pod_selector)))  # fmt: skip
+        given = [flag for flag, on in cluster_only if on]
+        if given:
+            raise BadInput(
+                f"{', '.join(given)} only apply with a cluster: this upgrade is host-only",
+                "pass --kubeconfig (or set KUBECONFIG), or leave them out",
+            )
     limits = Limits(
         resolve_max_unavailable(opts.max_unavailable, len(inventory.hosts)), opts.max_parallel
     )
