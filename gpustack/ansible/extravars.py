@@ -181,7 +181,7 @@ def _register_all(value: Any) -> None:
         for item in value:
             _register_all(item)
     elif isinstance(value, str):
-        credentials.register(value)
+        vault.register(value)
 
 
 def _readable(path: Path) -> bool:

@@ -343,7 +343,6 @@ def _render(templar, value: Any) -> Any:
     (facts, registered results): the play renders it then. Vault errors propagate."""
     from ansible.errors import AnsibleError, AnsibleTemplateSyntaxError
 
-    from gpustack import credentials
     from gpustack.ansible import vault
 
     try:
@@ -359,7 +358,7 @@ def _render(templar, value: Any) -> Any:
     if re.search(r"\bvault_\w", value):
         for item in rendered if isinstance(rendered, list) else [rendered]:
             if isinstance(item, str):
-                credentials.register(str(item))
+                vault.register(str(item))
     return rendered
 
 

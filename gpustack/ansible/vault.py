@@ -244,15 +244,24 @@ def decrypted(value: Any) -> Any:
     )
     if kinds and isinstance(value, kinds):
         text = str(str(value))
-        credentials.register(text)
+        register(text)
         return text
     if (
         helper is not None
         and isinstance(value, str)
         and helper.get_ciphertext(value, with_tags=False)
     ):
-        credentials.register(str(value))  # a decrypted value (VaultedValue tag)
+        register(str(value))  # a decrypted value (VaultedValue tag)
     return value
+
+
+MIN_MASKED = 4  # shorter vaulted values (a port, a flag) are not masked: it would blank out text
+
+
+def register(text: str) -> None:
+    """Mask a value that came out of vault wherever gpustack prints (gpustack/credentials.py)."""
+    if len(text.strip()) >= MIN_MASKED:
+        credentials.register(text)
 
 
 def _legacy_encrypted_type():
