@@ -240,7 +240,11 @@ def _run(
         envvars=spec.envvars(),
         quiet=True,
         event_handler=handler,
-        passwords=vault.prompt_answers() or None,  # --ask-vault-pass: answered from memory
+        # --ask-vault-pass: ansible-playbook's prompt answered from memory; ansible-runner would
+        # write `passwords` to env/passwords, so then no env/ file is written at all (extra
+        # variables go on the command line; the secret ones stay in their 0600 file)
+        passwords=vault.prompt_answers() or None,
+        suppress_env_files=bool(vault.prompt_answers()),
         cancel_callback=lambda: canceled["requested"] or bool(cancel and cancel()),
         # ansible-runner asks cancel_callback once per pexpect wait, 5 s by default: a Ctrl-C or
         # SIGTERM left the playbook running up to 5 s more (tasks started in them included).

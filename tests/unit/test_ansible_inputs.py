@@ -247,3 +247,24 @@ def test_a_vaulted_value_in_an_error_is_masked(vaulted, state_dir, tmp_path):
     )
     assert "Sometimes-5ecret" not in proc.stdout + proc.stderr
     assert runs_started(state_dir) == []
+
+
+def test_ask_vault_pass_prompts_once_and_the_run_is_answered_from_memory(vaulted, state_dir,
+                                                                          tmp_path):  # fmt: skip
+    """On a terminal: gpustack asks (ansible-core's own prompt), and ansible-playbook's prompt
+    for the same password is answered by ansible-runner from memory, not from a file."""
+    import pexpect
+
+    report = tmp_path / "report.json"
+    child = pexpect.spawn(sys.executable, ["-m", "gpustack", "doctor", str(vaulted / "inline.yml"),
+                                           "--ask-vault-pass", "--report", str(report)],
+                          cwd=str(ROOT), env={**os.environ, "GPUSTACK_STATE_DIR": str(state_dir)},
+                          encoding="utf-8", timeout=300)  # fmt: skip
+    child.expect("Vault password: ")
+    child.sendline(PASSWORD)
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 4, child.before
+    assert "port 9" in json.loads(report.read_text())["hosts"]["n1"]["unreachable_message"]
+    assert "--ask-vault-pass" in _command(state_dir)["command"]
+    assert PASSWORD not in _everything_written(state_dir, child.before or "")
