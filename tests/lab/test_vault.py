@@ -20,7 +20,10 @@ from tests.conftest import lab_nodes, run_cli, runs_started
 
 pytestmark = pytest.mark.lab
 
-LAB = os.environ.get("GPUSTACK_TEST_LAB_PREFIX", "") + f"vlt{os.getpid()}"
+# GPUSTACK_VAULT_LAB: use (and keep) that lab, e.g. one already up
+LAB = os.environ.get("GPUSTACK_VAULT_LAB") or (
+    os.environ.get("GPUSTACK_TEST_LAB_PREFIX", "") + f"vlt{os.getpid()}"
+)
 VAULT_BIN = str(Path(sys.executable).parent / "ansible-vault")
 PASSWORD = "lab-vault-pw-4b7d"
 SECRET = "LabVaulted5ecret-e21c"
@@ -34,7 +37,7 @@ def _vault(args: list[str]) -> str:
 def lab(tmp_path_factory):
     work = tmp_path_factory.mktemp("vault")
     inventory = work / "lab.ini"
-    with lab_nodes(LAB, 1, inventory):
+    with lab_nodes(LAB, 1, inventory, keep=bool(os.environ.get("GPUSTACK_VAULT_LAB"))):
         (work / "pw").write_text(PASSWORD + "\n")
         hostvars = json.loads(subprocess.run(
             [str(Path(sys.executable).parent / "ansible-inventory"), "-i", str(inventory),
