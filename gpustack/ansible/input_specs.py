@@ -11,7 +11,9 @@ Format rules (versions, branches, URLs) live in input_formats.py.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import io
 import json
 from functools import cache
 from typing import Any
@@ -162,6 +164,15 @@ def resolved_host_vars(inventory, extravars: dict[str, Any] | None = None):
     return resolved_vars(inventory, wanted, extravars)
 
 
+@cache
+def _plugin_loader() -> None:
+    """ansible-core's plugin loader with collections (FQCNs, aliases), set up once, as
+    ansible-playbook sets it up (`init_plugin_loader`)."""
+    from ansible.plugins.loader import init_plugin_loader
+
+    init_plugin_loader()
+
+
 def check_connection(host: str, connection: Any) -> None:
     """A connection plugin gpustack's roles can use: one Ansible has, not Windows or network."""
     if connection in (None, "") or templated(connection):
@@ -174,11 +185,14 @@ def check_connection(host: str, connection: Any) -> None:
     from ansible.plugins.loader import connection_loader
 
     try:
-        found = connection_loader.find_plugin(name)
+        with contextlib.redirect_stderr(io.StringIO()):  # the loader warns on names it lacks
+            _plugin_loader()
+            found = connection_loader.find_plugin(name, check_aliases=True)
     except Exception:  # a malformed name: Ansible's loader raises rather than returning None
         found = None
     if not found:
-        raise BadInput(f"{where}: Ansible has no such connection plugin", hint)
+        missing = f"{hint}; a collection's plugin needs that collection installed"
+        raise BadInput(f"{where}: Ansible has no such connection plugin", missing)
 
 
 def check_host_vars(inventory, extravars: dict[str, Any]) -> None:

@@ -104,6 +104,18 @@ def test_unknown_role_variables_get_did_you_mean():
     check_inputs({"my_own_variable": "x", "ansible_user": "root"})  # not a role's: left alone
 
 
+def test_connection_plugins_by_name_fqcn_and_alias():
+    from gpustack.ansible.input_specs import check_connection
+
+    for name in ("ssh", "local", "paramiko", "ansible.builtin.ssh", "ansible.builtin.local"):
+        check_connection("n1", name)
+    for name, message in (("winrm", "Windows hosts or network devices"),
+                          ("ansible.windows.psrp", "Windows hosts or network devices"),
+                          ("teleport", "no such connection plugin")):  # fmt: skip
+        with pytest.raises(BadInput, match=message):
+            check_connection("n1", name)
+
+
 # vault -----------------------------------------------------------------------------------------
 
 
