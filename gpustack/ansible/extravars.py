@@ -23,7 +23,8 @@ from typing import Any
 
 from gpustack import credentials
 from gpustack.ansible import vault
-from gpustack.ansible.inventory import TooLarge, check_files, plain, printable
+from gpustack.ansible.input_files import check_files, printable
+from gpustack.ansible.inventory import TooLarge, plain
 from gpustack.errors import BadInput
 
 _FORMS = (

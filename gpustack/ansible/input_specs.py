@@ -19,8 +19,9 @@ from functools import cache
 from typing import Any
 
 from gpustack import credentials, paths
+from gpustack.ansible.input_files import printable
 from gpustack.ansible.input_formats import check_extra_vars
-from gpustack.ansible.inventory import printable, resolved_vars, templated
+from gpustack.ansible.inventory import resolved_vars, templated
 from gpustack.errors import BadInput
 
 # Playbook-level inputs (not a role's): validated the same way.
