@@ -12,6 +12,7 @@ import typer
 
 from gpustack import __version__, commands
 from gpustack.ansible.inventory import inventory_source
+from gpustack.ansible.vault import VaultOptions
 from gpustack.errors import ExitCode, GpustackError, note_sigterm
 from gpustack.terminal import output
 
@@ -20,17 +21,24 @@ try:  # typer >= 0.26 vendors click; older releases use the click package
 except ImportError:  # pragma: no cover - depends on the installed typer
     from click import exceptions as click_exceptions
 
+HELP = {"help_option_names": ["-h", "--help"]}  # -h as ansible-playbook takes it
 app = typer.Typer(
     help="Bring NVIDIA GPU nodes up and keep them current (driver, toolkit, runtime, k8s).",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    context_settings=HELP,
 )
 lab_app = typer.Typer(
-    help="A local lab of podman systemd nodes (no GPUs) to try gpustack on.", no_args_is_help=True
+    help="A local lab of podman systemd nodes (no GPUs) to try gpustack on.",
+    no_args_is_help=True,
+    context_settings=HELP,
 )
 app.add_typer(lab_app, name="lab")
+
+MAX_SECONDS = 7 * 24 * 3600  # timeouts and pauses: a week at most (also refuses inf)
+MAX_NODES = 100_000  # node counts
 
 Inventory = Annotated[
     str, typer.Argument(help="Ansible inventory (INI or YAML).", show_default=False)
@@ -48,7 +56,29 @@ Local = Annotated[
 Limit = Annotated[str | None, typer.Option("--limit", "-l", help="Ansible host pattern.")]
 ExtraVars = Annotated[
     list[str] | None,
-    typer.Option("--extra-vars", "-e", help="KEY=VALUE, @file.yml or a YAML mapping; repeatable."),
+    typer.Option(
+        "--extra-vars",
+        "-e",
+        help="As ansible-playbook: KEY=VALUE [KEY=VALUE...], @file.yml or a YAML/JSON mapping; "
+        "repeatable.",
+    ),
+]
+VaultPasswordFile = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--vault-password-file",
+        help="Vault password file (or script), as ansible-playbook; repeatable.",
+        metavar="FILE",
+    ),
+]
+VaultId = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--vault-id", help="Vault identity ID@FILE or ID@prompt; repeatable.", metavar="ID"
+    ),
+]
+AskVaultPass = Annotated[
+    bool, typer.Option("--ask-vault-pass", "-J", help="Ask for the vault password.")
 ]
 Tags = Annotated[str, typer.Option("--tags", "-t", help="Only tasks with these tags.")]
 SkipTags = Annotated[str, typer.Option("--skip-tags", help="Skip tasks with these tags.")]
@@ -67,6 +97,7 @@ Forks = Annotated[
         "--forks",
         "-f",
         min=1,
+        max=1000,
         help="Hosts a playbook works on at once (ansible-playbook -f); default: all, up to 50.",
     ),
 ]
@@ -77,7 +108,10 @@ Full = Annotated[
 # Options of the commands that evict GPU pods (upgrade, mig).
 Force = Annotated[bool, typer.Option("--force", help="Also evict GPU pods no controller manages.")]
 PodDeletionTimeout = Annotated[
-    float, typer.Option("--pod-deletion-timeout", min=1, help="Seconds to evict GPU pods.")
+    float,
+    typer.Option(
+        "--pod-deletion-timeout", min=1, max=MAX_SECONDS, help="Seconds to evict GPU pods."
+    ),
 ]
 Wait = Annotated[
     bool,
@@ -102,7 +136,15 @@ COMMON_OPTIONS = {
     "report": (Report, None),
     "verbose": (Verbose, 0),
     "forks": (Forks, None),
+    "vault_password_file": (VaultPasswordFile, None),
+    "vault_id": (VaultId, None),
+    "ask_vault_pass": (AskVaultPass, False),
 }
+
+
+def _vault(common: dict) -> VaultOptions:
+    files, ids = common.get("vault_password_file") or (), common.get("vault_id") or ()
+    return VaultOptions(tuple(files), tuple(ids), bool(common.get("ask_vault_pass")))
 
 
 def host_command(fn):
@@ -130,7 +172,7 @@ def _opts(inventory, local=False, tags="", skip_tags="", kubeconfig=None, wait=F
     c = common or {}
     return commands.HostOptions(
         inventory_source(inventory, local), c["limit"], c["extra_vars"] or [], tags, skip_tags,
-        kubeconfig, c["output_"], c["report"], c["verbose"], wait, c["forks"],
+        kubeconfig, c["output_"], c["report"], c["verbose"], wait, c["forks"], _vault(c),
     )  # fmt: skip
 
 
@@ -232,13 +274,16 @@ def upgrade(
         str, typer.Option("--max-unavailable", help="Nodes out of service at once: N or P%.")
     ] = "25%",
     max_parallel: Annotated[
-        int, typer.Option("--max-parallel", min=1, help="Nodes upgraded at once.")
+        int, typer.Option("--max-parallel", min=1, max=MAX_NODES, help="Nodes upgraded at once.")
     ] = 1,
     canary: Annotated[
-        int, typer.Option("--canary", min=0, help="First batch size; then pause.")
+        int, typer.Option("--canary", min=0, max=MAX_NODES, help="First batch size; then pause.")
     ] = 0,
     canary_pause: Annotated[
-        float, typer.Option("--canary-pause", min=0, help="Seconds to wait after the canary.")
+        float,
+        typer.Option(
+            "--canary-pause", min=0, max=MAX_SECONDS, help="Seconds to wait after the canary."
+        ),
     ] = 0,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Continue without asking.")] = False,
     drain: Annotated[
@@ -248,18 +293,28 @@ def upgrade(
         str, typer.Option("--wait-for-jobs", help="Wait for pods matching this label selector.")
     ] = "",
     wait_for_jobs_timeout: Annotated[
-        float, typer.Option("--wait-for-jobs-timeout", min=0, help="Seconds; 0: no limit.")
+        float,
+        typer.Option(
+            "--wait-for-jobs-timeout", min=0, max=MAX_SECONDS, help="Seconds; 0: no limit."
+        ),
     ] = 0,
     pod_deletion_timeout: PodDeletionTimeout = 300,
     force: Force = False,
     drain_timeout: Annotated[
-        float, typer.Option("--drain-timeout", min=1, help="Seconds to drain a node.")
+        float,
+        typer.Option("--drain-timeout", min=1, max=MAX_SECONDS, help="Seconds to drain a node."),
     ] = 300,
     validation_timeout: Annotated[
-        float, typer.Option("--validation-timeout", min=1, help="Seconds to validate a node.")
+        float,
+        typer.Option(
+            "--validation-timeout", min=1, max=MAX_SECONDS, help="Seconds to validate a node."
+        ),
     ] = 600,
     max_failures: Annotated[
-        int, typer.Option("--max-failures", min=0, help="Failed nodes tolerated before stopping.")
+        int,
+        typer.Option(
+            "--max-failures", min=0, max=MAX_NODES, help="Failed nodes tolerated before stopping."
+        ),
     ] = 0,
     resume: Annotated[
         bool, typer.Option("--resume", help="Continue the recorded upgrade.")
@@ -282,7 +337,7 @@ def upgrade(
         canary_pause, yes, drain, pod_selector, wait_for_jobs_timeout, pod_deletion_timeout,
         force, drain_timeout, validation_timeout, max_failures, resume, retry_failed, dry_run,
         kubeconfig, common["limit"], common["extra_vars"], common["output_"], common["report"],
-        common["verbose"], wait, common["forks"],
+        common["verbose"], wait, common["forks"], _vault(common),
     )  # fmt: skip
     _exit(run_upgrade(options))
 
@@ -296,7 +351,10 @@ def mig(
     force: Force = False,
     pod_deletion_timeout: PodDeletionTimeout = 300,
     validation_timeout: Annotated[
-        float, typer.Option("--validation-timeout", min=1, help="Seconds for the new resources.")
+        float,
+        typer.Option(
+            "--validation-timeout", min=1, max=MAX_SECONDS, help="Seconds for the new resources."
+        ),
     ] = 600,
     kubeconfig: Kubeconfig = None,
     wait: Wait = False,
@@ -353,9 +411,13 @@ def manifests(
     ] = False,
     limit: Limit = None,
     extra_vars: ExtraVars = None,
+    vault_password_file: VaultPasswordFile = None,
+    vault_id: VaultId = None,
+    ask_vault_pass: AskVaultPass = False,
 ) -> None:
     """Write the Kubernetes manifests gpustack would apply, as YAML files; contact no cluster."""
-    _exit(commands.manifests(inventory, output_dir, servicemonitor, limit, extra_vars or []))
+    vault = _vault(locals())
+    _exit(commands.manifests(inventory, output_dir, servicemonitor, limit, extra_vars or [], vault))
 
 
 @lab_app.command("up")

@@ -6,12 +6,14 @@ import json
 import sys
 from pathlib import Path
 
-from gpustack.ansible import playbook
+from gpustack.ansible import playbook, vault
 from gpustack.ansible.extravars import parse_extra_vars
 from gpustack.ansible.input_formats import check_extra_vars
+from gpustack.ansible.input_specs import check_inputs, is_true
 from gpustack.ansible.inventory import load_inventory
 from gpustack.ansible.invocation import OUTPUTS, HostOptions, check_writable, validate
 from gpustack.ansible.results import RunResult
+from gpustack.ansible.vault import VaultOptions
 from gpustack.errors import BadInput, ExitCode
 from gpustack.fleet import doctor
 from gpustack.terminal import output
@@ -145,7 +147,7 @@ def _runtime_classes(inventory, extravars: dict) -> dict[str, str]:
     from gpustack.k8s.manifests_vars import inventory_k8s_vars
 
     try:
-        found = inventory_k8s_vars(inventory)
+        found = inventory_k8s_vars(inventory, extravars=extravars)
     except BadInput:  # a templated value: `install` reports it; doctor assumes the default
         found = {}
     return {h: str((found.get(h) or {}).get(key, "nvidia") or "") for h in inventory.hosts}
@@ -153,11 +155,7 @@ def _runtime_classes(inventory, extravars: dict) -> dict[str, str]:
 
 def doctor_cmd(opts: HostOptions) -> int:
     result, inventory, extravars, _ = _run(opts, "preflight.yml", "gpustack doctor")
-    require_gpu = str(extravars.get("gpustack_require_gpu", "false")).lower() in (
-        "1",
-        "true",
-        "yes",
-    )
+    require_gpu = is_true(extravars.get("gpustack_require_gpu", False))
     runtime_classes = _runtime_classes(inventory, extravars)
     problems = [
         p
@@ -321,12 +319,19 @@ def uninstall(opts: HostOptions, components: str, yes: bool, check: bool = False
 
 
 def manifests(
-    inventory: str, output_dir: str, servicemonitor: bool, limit: str | None, extra_vars: list[str]
+    inventory: str,
+    output_dir: str,
+    servicemonitor: bool,
+    limit: str | None,
+    extra_vars: list[str],
+    vault_options: VaultOptions | None = None,
 ) -> int:
     """Render from the inventory's and -e's gpustack_k8s_* settings; write YAML files."""
     from gpustack.k8s import manifests as k8s
 
+    vault.setup(vault_options)
     extravars = parse_extra_vars(extra_vars)
+    check_inputs(extravars)
     check_extra_vars(extravars)
     config = k8s.config_from_inventory(load_inventory(inventory, limit), extravars)
     target = Path(output_dir).expanduser()

@@ -14,7 +14,6 @@ from gpustack.driver_version import on_branch
 from gpustack.errors import BadInput
 
 _VERSION = re.compile(r"^([0-9]+:)?[0-9]+(\.[0-9]+)+([-+~.][0-9A-Za-z.+~-]*)?$")
-_BOOL = ("true", "false", "yes", "no", "1", "0", "on", "off")
 
 
 class DriverInputs(BaseModel):
@@ -49,11 +48,10 @@ def check_extra_vars(extravars: dict[str, Any], where: str = "-e") -> None:
     """Raise BadInput for the first invalid gpustack input among the extra vars (or `where`)."""
     credentials.register_inputs(extravars)
     check_sources(extravars, where)
-    for name in ("gpustack_require_gpu", "nvidia_driver_open_kernel_modules"):
-        if name in extravars and str(extravars[name]).lower() not in _BOOL:
-            raise BadInput(f"{where} {name}={extravars[name]}: not a boolean", "use true or false")
     try:
-        inputs = DriverInputs.model_validate(extravars)
+        inputs = DriverInputs.model_validate(
+            {k: v for k, v in extravars.items() if not (isinstance(v, str) and "{{" in v)}
+        )
     except ValidationError as exc:
         err = exc.errors()[0]
         name = err["loc"][0]

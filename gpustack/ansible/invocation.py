@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from gpustack import credentials
+from gpustack.ansible import vault
 from gpustack.ansible.extravars import parse_extra_vars
 from gpustack.ansible.input_formats import check_extra_vars
 from gpustack.ansible.input_specs import check_host_vars, check_inputs
@@ -39,6 +40,7 @@ class HostOptions:
     verbose: int = 0
     wait: bool = False  # commands that change hosts: wait for another run's host locks
     forks: int | None = None  # ansible-playbook -f; None: one fork per host, 5 to 50
+    vault: vault.VaultOptions = field(default_factory=vault.VaultOptions)
 
 
 class Invocation(NamedTuple):
@@ -65,8 +67,12 @@ def check_writable(report: str) -> None:
         raise BadInput(f"cannot write report {report}", "choose a writable file path for --report")
 
 
-def user_extravars(extra_vars: list[str] | None) -> dict[str, Any]:
-    """Credentials from GPUSTACK_* environment variables (gpustack/credentials.py); -e wins."""
+def user_extravars(
+    extra_vars: list[str] | None, vault_options: vault.VaultOptions | None = None
+) -> dict[str, Any]:
+    """Credentials from GPUSTACK_* environment variables (gpustack/credentials.py); -e wins.
+    The vault secrets are read first: `-e @FILE` may be encrypted, or hold `!vault` values."""
+    vault.setup(vault_options)
     return {**credentials.environment_inputs(), **parse_extra_vars(extra_vars or [])}
 
 
@@ -92,4 +98,5 @@ def validate(opts: HostOptions, outputs: tuple[str, ...] = OUTPUTS) -> Invocatio
     check_output(opts.output, outputs)
     if opts.report:
         check_writable(opts.report)
-    return invocation(opts.inventory, opts.limit, user_extravars(opts.extra_vars), opts.kubeconfig)
+    extravars = user_extravars(opts.extra_vars, opts.vault)
+    return invocation(opts.inventory, opts.limit, extravars, opts.kubeconfig)

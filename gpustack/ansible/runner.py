@@ -25,7 +25,8 @@ from typing import Any
 import ansible_runner
 
 from gpustack import credentials, paths
-from gpustack.ansible import settings
+from gpustack.ansible import extravars as extra_vars
+from gpustack.ansible import settings, vault
 from gpustack.ansible.results import RunResult, RunTracker
 
 KEEP_RUNS = 20
@@ -76,6 +77,8 @@ class RunSpec:
             "ANSIBLE_RETRY_FILES_ENABLED": "False",
             "ANSIBLE_FORCE_COLOR": "False",
             "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+            # ANSIBLE_VAULT_PASSWORD_FILE / _IDENTITY_LIST as gpustack read them, paths absolute
+            **vault.playbook_env(),
         }
 
 
@@ -207,11 +210,15 @@ def _run(
     limit_file = data_dir / "limit.txt"
     limit_file.write_text("\n".join(spec.hosts) + "\n", encoding="utf-8")
     events: queue.Queue[dict] = queue.Queue()
+    # `-e @FILE` items reach ansible-playbook as given (it reads and decrypts them itself), in
+    # their order, before the values given inline, which win as they do on a command line.
+    values, files = extra_vars.for_playbook(spec.extravars)
     # Secrets never reach ansible-runner's env/extravars: a 0600 file, gone once read.
-    extravars, secret_file = _secret_vars(data_dir, spec.extravars)
-    cmdline = " ".join(
-        filter(None, [spec.cmdline(), secret_file and f"-e @{shlex.quote(str(secret_file))}"])
-    )
+    extravars, secret_file = _secret_vars(data_dir, values)
+    options = [*vault.playbook_args(), *(a for f in files for a in ("-e", f"@{f}"))]
+    if secret_file:
+        options += ["-e", f"@{secret_file}"]
+    cmdline = " ".join(filter(None, [spec.cmdline(), shlex.join(options)]))
 
     masked: list[str] = []
 
@@ -238,6 +245,11 @@ def _run(
         envvars=spec.envvars(),
         quiet=True,
         event_handler=handler,
+        # --ask-vault-pass: ansible-playbook's prompt answered from memory; ansible-runner would
+        # write `passwords` to env/passwords, so then no env/ file is written at all (extra
+        # variables go on the command line; the secret ones stay in their 0600 file)
+        passwords=vault.prompt_answers() or None,
+        suppress_env_files=bool(vault.prompt_answers()),
         cancel_callback=lambda: canceled["requested"] or bool(cancel and cancel()),
         # ansible-runner asks cancel_callback once per pexpect wait, 5 s by default: a Ctrl-C or
         # SIGTERM left the playbook running up to 5 s more (tasks started in them included).

@@ -18,6 +18,7 @@ from functools import cache
 from typing import Any
 
 from gpustack import __version__, credentials, driver_version, paths
+from gpustack.ansible.input_specs import is_true
 
 # The host roles of playbooks/site.yml that record a stamp, in lifecycle order.
 HOST_ROLES = ("nvidia_driver", "nvidia_container_toolkit", "container_runtime")
@@ -189,7 +190,7 @@ def _role_reasons(role, entry, preflight, resolved, content, lists_age) -> list[
                     f"installed {resolve.get('target')}"
                 )
     if role == "nvidia_driver" and kind == "driver":
-        require = str(resolved.get("gpustack_require_gpu", False)).lower() in ("1", "true", "yes")
+        require = is_true(resolved.get("gpustack_require_gpu", False))
         gpus = int((preflight.get("gpus") or {}).get("count") or 0)
         loaded = ((preflight.get("driver") or {}).get("loaded_version")) or ""
         if (gpus or require) and loaded != driver_version.upstream_version(resolve.get("target")):

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gpustack import paths
+from gpustack.ansible.input_specs import is_true
 from gpustack.driver_version import (
     branch_of,
     loaded_is_installed,
@@ -148,7 +149,7 @@ def node_status(
             if not entry["ok"]:
                 drift.append(f"companion {name} {entry['installed']}: {entry['problem']}")
         unit = st_driver.get("persistenced") or {}
-        wanted = str(inputs.get("nvidia_driver_persistenced")).lower() in ("1", "true", "yes")
+        wanted = is_true(inputs.get("nvidia_driver_persistenced"))
         # Without systemd the role leaves the unit to the host's init (roles/nvidia_driver
         # configure.yml): no drift that install would never repair.
         systemd = pf.get("systemd") is not False

@@ -447,7 +447,7 @@ def config_from_inventory(
     if isinstance(inventory, Inventory):
         from gpustack.k8s.manifests_vars import inventory_k8s_vars
 
-        hostvars = inventory_k8s_vars(inventory, also=(RUNTIME_NAME_VAR,))
+        hostvars = inventory_k8s_vars(inventory, also=(RUNTIME_NAME_VAR,), extravars=extravars)
     else:
         hostvars = inventory
     merged: dict[str, Any] = {}

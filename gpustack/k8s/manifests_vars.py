@@ -9,24 +9,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpustack.ansible.inventory import Inventory, resolved_vars
+from gpustack.ansible.inventory import Inventory, resolved_vars, templated
 from gpustack.errors import BadInput
 from gpustack.k8s.manifests_config import VAR_PREFIX
 
 
 def inventory_k8s_vars(
-    inventory: Inventory, also: tuple[str, ...] = ()
+    inventory: Inventory, also: tuple[str, ...] = (), extravars: dict[str, Any] | None = None
 ) -> dict[str, dict[str, Any]]:
     """{host: {gpustack_k8s_*: value}} for the inventory's target hosts, plus the variables
-    named in `also` (host settings the cluster side must agree with; not checked here)."""
-    found = resolved_vars(inventory, lambda name: name.startswith(VAR_PREFIX) or name in also)
+    named in `also` (host settings the cluster side must agree with; not checked here).
+    Templates are rendered with Ansible's Templar over the host's variables and `extravars`
+    (a vaulted value included); one that needs what only a play has (facts) is refused."""
+    found = resolved_vars(
+        inventory, lambda name: name.startswith(VAR_PREFIX) or name in also, extravars
+    )
     for name, mine in found.items():
         for key, value in mine.items():
             if not key.startswith(VAR_PREFIX):
                 continue
-            if isinstance(value, str) and ("{{" in value or "{%" in value):
+            if templated(value):
                 raise BadInput(
-                    f"{key} on {name} is a Jinja2 template ({value!r})",
-                    "gpustack reads gpustack_k8s_* before any play runs: give a literal value",
+                    f"{key} on {name} is a template that needs what only a play has ({value!r})",
+                    "gpustack reads gpustack_k8s_* before any play runs: use inventory "
+                    "variables, vaulted values or -e in it, not facts",
                 )
     return found

@@ -188,6 +188,12 @@ def write_inventory(
     path.write_text("\n".join(lines), encoding="utf-8")
 
 
+def check_name(name: str) -> None:
+    """A lab name is a directory and a container name part: letters, digits and -."""
+    if not name.replace("-", "").isalnum() or not name.isascii():
+        raise BadInput(f"lab name {name!r} is not usable", "use letters, digits and -")
+
+
 def up(
     name: str,
     count: int,
@@ -201,8 +207,7 @@ def up(
     `kubernetes`: also a real control plane on this machine and a kubelet on every node
     (cluster.py); its admin kubeconfig is written beside the inventory."""
     specs = parse_os_list(os_list)
-    if not name.replace("-", "").isalnum():
-        raise BadInput(f"lab name {name!r} is not usable", "use letters, digits and -")
+    check_name(name)
     preconditions()
     lab_dir = _lab_dir(name)
     lab_dir.mkdir(parents=True, exist_ok=True)
@@ -256,6 +261,7 @@ def up(
 
 def down(name: str, images: bool = False) -> None:
     """Remove the lab's containers, key, state and inventory (images stay unless asked)."""
+    check_name(name)
     preconditions()
     state = _load_state(name)
     containers = {n["container"] for n in state.get("nodes", [])}
@@ -297,7 +303,13 @@ def list_labs() -> list[str]:
     rows = []
     home = _home()
     for state_file in sorted(home.glob("*/state.json")) if home.exists() else []:
-        state = json.loads(state_file.read_text())
-        nodes = ", ".join(f"{n['name']} ({n['os']}, :{n['port']})" for n in state["nodes"])
-        rows.append(f"{state_file.parent.name}: {nodes} — inventory {state['inventory']}")
+        try:
+            state = json.loads(state_file.read_text(encoding="utf-8"))
+            nodes = ", ".join(f"{n['name']} ({n['os']}, :{n['port']})" for n in state["nodes"])
+            rows.append(f"{state_file.parent.name}: {nodes} — inventory {state['inventory']}")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            raise BadInput(
+                f"lab state file {state_file} is damaged",
+                f"remove that lab with `gpustack lab down --name {state_file.parent.name}`",
+            ) from None
     return rows or ["no labs"]

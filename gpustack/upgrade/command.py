@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from gpustack.ansible.input_formats import DriverInputs
 from gpustack.ansible.invocation import check_output, check_writable, invocation, user_extravars
 from gpustack.ansible.playbook import host_locks
+from gpustack.ansible.vault import VaultOptions
 from gpustack.errors import BadInput, ExitCode, GpustackError, canceled_exit_code
 from gpustack.terminal import output
 from gpustack.terminal.upgrade_view import UpgradeLive, counts, node_rows, print_plan, print_summary
@@ -53,6 +54,7 @@ class UpgradeOptions:
     verbose: int = 0
     wait: bool = False
     forks: int | None = None  # refused: every playbook run of an upgrade has one host
+    vault: VaultOptions = field(default_factory=VaultOptions)
 
 
 def _target(opts: UpgradeOptions, extravars: dict[str, Any]) -> Target:
@@ -97,7 +99,7 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None, target_check=None) 
             "--forks does not apply to upgrade (each node is its own playbook run)",
             "use --max-parallel to upgrade more nodes at once",
         )
-    extravars = user_extravars(opts.extra_vars)
+    extravars = user_extravars(opts.extra_vars, opts.vault)
     target = _target(opts, extravars)
     if opts.driver_version:
         extravars["nvidia_driver_version"] = target.version
@@ -113,6 +115,15 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None, target_check=None) 
         opts.kubeconfig,
         "pass the path of a kubeconfig file, or leave --kubeconfig out for a host-only fleet",
     )
+    if not kubeconfig:
+        cluster_only = (("--drain", opts.drain), ("--force", opts.force),
+                        ("--wait-for-jobs", bool(opts.pod_selector)))  # fmt: skip
+        given = [flag for flag, on in cluster_only if on]
+        if given:
+            raise BadInput(
+                f"{', '.join(given)} only apply with a cluster: this upgrade is host-only",
+                "pass --kubeconfig (or set KUBECONFIG), or leave them out",
+            )
     limits = Limits(
         resolve_max_unavailable(opts.max_unavailable, len(inventory.hosts)), opts.max_parallel
     )

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from gpustack.ansible.input_specs import is_true
 from gpustack.errors import GpustackError
 from gpustack.upgrade.backend import (
     HostOutcome,
@@ -90,7 +91,7 @@ def check_host(target: Target, outcome: HostOutcome) -> str:
     if not driver.get("held"):
         return f"driver {installed} is installed but not held"
     state = str(driver.get("state", ""))
-    if str(driver.get("reboot_required")).lower() in ("true", "1", "yes"):  # the role's boolean
+    if is_true(driver.get("reboot_required")):  # the role's boolean
         return (
             f"driver {installed} installed but not loaded ({state}); allow a reboot with "
             "-e nvidia_driver_reboot=if_needed, or reboot the node and --resume --retry-failed"

@@ -214,16 +214,18 @@ class FileStateStore(MemoryStateStore):
         for _ in range(3):  # the snapshot replaced while it was read (a live run): read again
             try:
                 inode = os.stat(self.path).st_ino
-                text = self.path.read_text(encoding="utf-8")
+                raw = self.path.read_bytes()
             except FileNotFoundError:
                 return None
             try:
+                text = raw.decode("utf-8")
                 data = json.loads(text)
                 run = UpgradeRun.from_dict(data)
                 self._replay(run, data.get("journal_id", ""))
-            except (ValueError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                reason = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
                 raise BadInput(
-                    f"upgrade state file {self.path} is not readable ({exc})",
+                    f"upgrade state file {self.path} is not readable ({reason})",
                     "move it aside to start a new upgrade (nodes it marked cordoned stay cordoned)",
                 ) from None
             try:

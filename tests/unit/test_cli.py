@@ -61,7 +61,7 @@ def bad_cases(tmp_path, inv):
             ],
             "is not on branch 550",
         ),
-        (["install", str(inv), "-e", "gpustack_require_gpu=maybe"], "not a boolean"),
+        (["install", str(inv), "-e", "gpustack_require_gpu=maybe"], "is not a valid boolean"),
         (["uninstall", str(inv), "--components", "kernel"], "unknown component"),
         (["uninstall", str(inv), "--components", "k8s", "--yes"], "no kubeconfig"),
         (["verify", str(inv)], "no kubeconfig"),

@@ -24,7 +24,7 @@ def test_file_and_mapping(tmp_path):
         ("novalue", "is not KEY=VALUE"),
         ("1abc=2", "is not a valid variable name"),
         ("@/nonexistent/vars.yml", "file not found"),
-        ("{a: [1,", "line 1"),
+        ("{a: [1,", "YAML parsing failed"),
         ('{"a": 1', "-e"),
     ],
 )

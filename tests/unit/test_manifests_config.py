@@ -296,5 +296,5 @@ def test_inventory_group_vars_are_read_as_a_play_reads_them(tmp_path):
     with pytest.raises(BadInput, match="differs between hosts"):
         config_from_inventory(inventory, {})
     inventory = _inventory_dir(tmp_path / "c", "gpustack_k8s_namespace: '{{ ns }}'\n")
-    with pytest.raises(BadInput, match="Jinja2 template"):
+    with pytest.raises(BadInput, match="is a template that needs what only a play has"):
         config_from_inventory(inventory, {})

@@ -129,6 +129,9 @@ def connect(kubeconfig: str | None, *, required: bool = True) -> Cluster | None:
             if not isinstance(data, dict):
                 raise ConfigException("not a kubeconfig (expected a YAML mapping)")
             config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+        except RecursionError:
+            raise BadInput(f"kubeconfig {kubeconfig} is not usable: nested too deeply",
+                           _KUBECONFIG_HINT.format(path=kubeconfig)) from None  # fmt: skip
         except (ConfigException, yaml.YAMLError, OSError, TypeError, ValueError, KeyError) as exc:
             reason = " ".join(str(exc).split())[:300] or type(exc).__name__
             raise BadInput(

@@ -14,6 +14,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from gpustack.ansible.input_specs import is_true
 from gpustack.errors import BadInput
 from gpustack.k8s.cluster import gpu_resources
 from gpustack.k8s.cluster.connect import Cluster, call, check_reachable, connect, status_message
@@ -92,11 +93,7 @@ class KubernetesBackend:
             if match.node is None:
                 raise BadInput(match.error, match.hint)
         config = None
-        if str((extravars or {}).get("gpustack_upgrade_verify_pod", "true")).lower() in (
-            "true",
-            "yes",
-            "1",
-        ):
+        if is_true((extravars or {}).get("gpustack_upgrade_verify_pod", True)):
             from gpustack.k8s.manifests import config_from_inventory
 
             config = config_from_inventory(inventory, extravars or {})
