@@ -356,7 +356,6 @@ def _prepare_root(root: Path, os_name: str, source: str | None, log) -> None:
     if path.is_dir():
         rootfs.copy_root(path, root)
     else:
-        _chroot_preconditions(("tar", "xz"))
         rootfs.unpack(path, root)
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
+import tarfile
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
@@ -176,7 +178,15 @@ def unpack(tarball: Path, dest: Path) -> Path:
     tmp = dest.with_name(f".{dest.name}.partial")
     subprocess.run(["rm", "-rf", "--one-file-system", str(tmp)], check=False)
     tmp.mkdir(parents=True)
-    run(["tar", "-C", str(tmp), "--numeric-owner", "--xattrs", "-xJf", str(tarball)], timeout=1800)
+    if shutil.which("tar") and shutil.which("xz"):
+        run(["tar", "-C", str(tmp), "--numeric-owner", "--xattrs", "-xJf", str(tarball)],
+            timeout=1800)  # fmt: skip
+    else:  # a GPU host may lack xz-utils: Python's own tar and lzma modules
+        with tarfile.open(tarball, "r:xz") as archive:
+            try:  # our own archive: device nodes, owners and links as they were packed
+                archive.extractall(tmp, numeric_owner=True, filter="fully_trusted")
+            except TypeError:  # Python before 3.11.4 has no filters and trusts the archive
+                archive.extractall(tmp, numeric_owner=True)
     if not is_built(tmp):
         subprocess.run(["rm", "-rf", "--one-file-system", str(tmp)], check=False)
         raise BadInput(f"{tarball} holds no chroot node root filesystem",

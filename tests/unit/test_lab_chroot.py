@@ -160,6 +160,18 @@ def test_pack_and_unpack_round_trip(tmp_path):
     assert rootfs.os_of(back) == "debian12"
 
 
+def test_unpack_without_xz_uses_pythons_tarfile(tmp_path, monkeypatch):
+    root = tmp_path / "root"
+    (root / "etc").mkdir(parents=True)
+    (root / rootfs.BUILT_MARKER).write_text("os=debian12 recipe=abc\n")
+    (root / "etc/hostname").write_text("x\n")
+    rootfs.pack(root, tmp_path / "node.tar.xz")
+    real_which = rootfs.shutil.which
+    monkeypatch.setattr(rootfs.shutil, "which", lambda n: None if n == "xz" else real_which(n))
+    back = rootfs.unpack(tmp_path / "node.tar.xz", tmp_path / "back")
+    assert (back / "etc/hostname").read_text() == "x\n" and rootfs.is_built(back)
+
+
 def test_unpack_refuses_a_tarball_that_is_no_node(tmp_path):
     (tmp_path / "x").mkdir()
     (tmp_path / "x/file").write_text("x")
