@@ -157,7 +157,17 @@ def pack(root: Path, output: Path) -> int:
     partial = output.with_name(f".{output.name}.partial")
     with partial.open("wb") as fh:
         tar = subprocess.Popen(
-            ["tar", "-C", str(root), "--numeric-owner", "--xattrs", "-c", "."],
+            # Python's bytecode is left out (about 3 MB packed): written again on first import.
+            [
+                "tar",
+                "-C",
+                str(root),
+                "--numeric-owner",
+                "--xattrs",
+                "--exclude=__pycache__",
+                "-c",
+                ".",
+            ],
             stdout=subprocess.PIPE,
         )
         xz = subprocess.run(["xz", "-T0", "-6"], stdin=tar.stdout, stdout=fh, check=False)

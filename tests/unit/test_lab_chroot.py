@@ -4,6 +4,7 @@ written before a boot, the inventory, packing, and bad input refused before any 
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from gpustack.errors import BadInput, LabError
 from gpustack.lab import chroot, nodes, rootfs
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 
 
 def _dev(tmp_path: Path, gpu: bool, driver: bool) -> tuple[Path, Path]:
@@ -152,12 +153,17 @@ def test_pack_and_unpack_round_trip(tmp_path):
     (root / "etc").mkdir(parents=True)
     (root / rootfs.BUILT_MARKER).write_text("os=debian12 recipe=abc\n")
     (root / "etc/os-release").write_text("ID=debian\n")
+    (root / "usr/lib/python3/__pycache__").mkdir(parents=True)
+    (root / "usr/lib/python3/__pycache__/x.cpython-311.pyc").write_bytes(b"\0")
     size = rootfs.pack(root, tmp_path / "out/node.tar.xz")
     assert size == (tmp_path / "out/node.tar.xz").stat().st_size > 0
     assert not list((tmp_path / "out").glob(".*partial"))
     back = rootfs.unpack(tmp_path / "out/node.tar.xz", tmp_path / "back")
     assert (back / "etc/os-release").read_text() == "ID=debian\n"
     assert rootfs.os_of(back) == "debian12"
+    assert (back / "usr/lib/python3").is_dir() and not (
+        back / "usr/lib/python3/__pycache__"
+    ).exists()
 
 
 def test_unpack_without_xz_uses_pythons_tarfile(tmp_path, monkeypatch):
@@ -202,3 +208,19 @@ def test_bad_lab_up_is_refused_before_any_change(tmp_path, monkeypatch, args, me
     assert lines[0].startswith("Error: ") and message in lines[0], proc.stderr
     assert lines[1].startswith("Hint: ")
     assert not (tmp_path / "home").exists()
+
+
+SCRIPT = ROOT / "scripts/gpu-host-systemd-node.sh"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the script refuses to run without root")
+def test_gpu_host_script_is_valid_bash_and_refuses_missing_payloads(tmp_path):
+    assert subprocess.run(["bash", "-n", str(SCRIPT)]).returncode == 0
+    proc = subprocess.run([str(SCRIPT), "run", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert lines[0] == f"Error: no {tmp_path}/gpu-node-rootfs.tar.xz", proc.stderr
+    assert lines[1].startswith("Hint: run `") and "prepare" in lines[1]
+    assert not (tmp_path / "out").exists() and list(tmp_path.iterdir()) == []
+    usage = subprocess.run([str(SCRIPT), "help"], capture_output=True, text=True)
+    assert usage.returncode == 2 and usage.stderr.startswith("Error: usage: ")
