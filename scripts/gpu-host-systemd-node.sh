@@ -150,6 +150,8 @@ run() {
     local tarball=$dir/gpu-node-rootfs.tar.xz harness=$dir/gpu-node-harness.tar.xz f rc
     OUT=${2:-.artifacts/real-gpu-$(date +%F)}
     for f in "$tarball" "$harness"; do
+        # Carried in pieces (`split -b 30M FILE FILE.part-`, where one transfer is limited)?
+        if [ ! -f "$f" ] && ls "$f".part-* > /dev/null 2>&1; then cat "$f".part-* > "$f"; fi
         [ -f "$f" ] || die "no $f" "run \`$0 prepare\` on a connected machine and bring its two files here"
     done
     mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd) && : > "$OUT/exit-codes.txt"
