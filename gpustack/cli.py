@@ -31,7 +31,7 @@ app = typer.Typer(
     context_settings=HELP,
 )
 lab_app = typer.Typer(
-    help="A local lab of podman systemd nodes (no GPUs) to try gpustack on.",
+    help="A local lab of systemd nodes (podman, or one chroot node) to try gpustack on.",
     no_args_is_help=True,
     context_settings=HELP,
 )
@@ -423,7 +423,9 @@ def manifests(
 @lab_app.command("up")
 def lab_up(
     name: Annotated[str, typer.Option("--name", help="Lab name.")] = "lab",
-    nodes: Annotated[int, typer.Option("--nodes", min=1, max=16)] = 2,
+    nodes: Annotated[
+        int | None, typer.Option("--nodes", min=1, max=16, help="2 podman nodes; 1 chroot node.")
+    ] = None,
     os_: Annotated[
         str,
         typer.Option(
@@ -441,12 +443,34 @@ def lab_up(
             "on every node (built from Go modules once; docs/lab.md).",
         ),
     ] = False,
+    boot: Annotated[
+        str,
+        typer.Option(
+            "--boot",
+            help="podman: podman systemd nodes; chroot: one node booted with systemd as PID 1 in "
+            "namespaces of its own, for hosts without systemd (docs/lab.md).",
+        ),
+    ] = "podman",
+    rootfs: Annotated[
+        str | None,
+        typer.Option(
+            "--rootfs",
+            help="chroot: the node's root filesystem (a directory or a .tar.xz from "
+            "`gpustack lab rootfs --pack`); default: built here with debootstrap.",
+        ),
+    ] = None,
+    bind: Annotated[
+        list[str] | None,
+        typer.Option("--bind", help="chroot: SRC:DEST[:ro|rw] also mounted in the node."),
+    ] = None,
 ) -> None:
-    """Start (or reuse) N podman systemd nodes reachable by SSH; write an inventory."""
+    """Start (or reuse) N systemd nodes reachable by SSH; write an inventory."""
     from gpustack.lab import nodes as lab
 
-    path = lab.up(name, nodes, os_, inventory, kubernetes=kubernetes)
-    output.stdout.print(f"Lab {name}: {nodes} node(s) up. Inventory: {path}")
+    count = nodes or (1 if boot == "chroot" else 2)
+    path = lab.up(name, count, os_, inventory, kubernetes=kubernetes, boot=boot,
+                  rootfs_source=rootfs, binds=bind)  # fmt: skip
+    output.stdout.print(f"Lab {name}: {count} node(s) up. Inventory: {path}")
     if kubernetes:
         kubeconfig = lab.kubeconfig_path(name)
         output.stdout.print(f"Kubeconfig: {kubeconfig}")
@@ -484,6 +508,23 @@ def lab_down(
 
     lab.down(name, images)
     output.stdout.print(f"Lab {name} removed.")
+
+
+@lab_app.command("rootfs")
+def lab_rootfs(
+    directory: Annotated[
+        str, typer.Argument(help="Where the root filesystem goes (built there once).")
+    ],
+    os_: Annotated[str, typer.Option("--os", help="debian12 or debian13.")] = "debian12",
+    pack: Annotated[
+        str | None, typer.Option("--pack", help="Then pack it with tar + xz into this file.")
+    ] = None,
+) -> None:
+    """Build a chroot node's root filesystem (debootstrap; cached), optionally pack it."""
+    from gpustack.lab import nodes as lab
+
+    for line in lab.build_rootfs(directory, os_, pack):
+        output.stdout.print(line)
 
 
 @lab_app.command("list")

@@ -62,7 +62,7 @@ OS_SPECS = {
 }
 
 
-def _cache() -> Path:
+def cache_dir() -> Path:
     base = os.environ.get("GPUSTACK_LAB_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "gpustack"
     )
@@ -70,12 +70,12 @@ def _cache() -> Path:
 
 
 def apt_cache_dir() -> Path:
-    path = _cache() / "apt-archives"
+    path = cache_dir() / "apt-archives"
     (path / "partial").mkdir(parents=True, exist_ok=True)
     return path
 
 
-def _mirror() -> str:
+def mirror_url() -> str:
     return os.environ.get("GPUSTACK_LAB_MIRROR", DEBIAN_MIRROR).rstrip("/")
 
 
@@ -97,7 +97,7 @@ def parse_os_list(text: str) -> list[OsSpec]:
 def recipe_hash(spec: OsSpec) -> str:
     """Changes whenever the image recipe changes, so a stale cached image is rebuilt."""
     text = json.dumps(
-        [asdict(spec), PACKAGES, _mirror(), _security_mirror(), _configure_script(spec)]
+        [asdict(spec), PACKAGES, mirror_url(), _security_mirror(), configure_script(spec)]
     )
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
@@ -109,7 +109,7 @@ def image_name(spec: OsSpec) -> str:
 def _sources(spec: OsSpec) -> str:
     suites = [spec.suite] + ([f"{spec.suite}-updates"] if spec.updates else [])
     text = (
-        f"Types: deb\nURIs: {_mirror()}\nSuites: {' '.join(suites)}\nComponents: main\n"
+        f"Types: deb\nURIs: {mirror_url()}\nSuites: {' '.join(suites)}\nComponents: main\n"
         "Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg\n"
     )
     if spec.security_suite:
@@ -120,7 +120,7 @@ def _sources(spec: OsSpec) -> str:
     return text
 
 
-def _configure_script(spec: OsSpec) -> str:
+def configure_script(spec: OsSpec) -> str:
     """Shell run inside the debootstrapped root: SSH host keys at boot, apt settings."""
     apt_conf = (
         'APT::Keep-Downloaded-Packages "true";\n'
@@ -182,8 +182,8 @@ rm -rf /var/lib/apt/lists/*
 
 
 @contextlib.contextmanager
-def _lock(name: str):
-    path = _cache() / f"{name}.lock"
+def cache_lock(name: str):
+    path = cache_dir() / f"{name}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -196,7 +196,7 @@ def _lock(name: str):
 def ensure_image(spec: OsSpec, log=print) -> str:
     """Build the node image for `spec` once; later calls find it in podman's store."""
     image = image_name(spec)
-    with _lock(f"image-{spec.key}"):
+    with cache_lock(f"image-{spec.key}"):
         if run(["podman", "image", "exists", image], check=False).returncode == 0:
             return image
         log(f"Building node image {image} with debootstrap (about a minute)…")
@@ -211,12 +211,12 @@ def ensure_image(spec: OsSpec, log=print) -> str:
                 f"--cache-dir={apt_cache_dir()}",
                 spec.suite,
                 str(root),
-                _mirror(),
+                mirror_url(),
             ]
             if spec.script:
                 cmd.append(f"/usr/share/debootstrap/scripts/{spec.script}")
             run(cmd, timeout=1800)
-            run(["chroot", str(root), "/bin/sh", "-c", _configure_script(spec)])
+            run(["chroot", str(root), "/bin/sh", "-c", configure_script(spec)])
             tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
             try:
                 proc = subprocess.run(

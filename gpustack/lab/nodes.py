@@ -1,7 +1,9 @@
-"""A local lab of podman systemd "nodes" reachable by SSH, to run gpustack against for real.
+"""A local lab of systemd "nodes" reachable by SSH, to run gpustack against for real.
 
-Node images come from images.py (debootstrap, cached); every node bind-mounts one shared apt
-archive cache. No GPU is required or faked.
+Podman nodes (the default): images from images.py (debootstrap, cached); every node bind-mounts
+one shared apt archive cache. Chroot nodes (`--boot chroot`, chroot.py): one node booted from a
+root filesystem (rootfs.py) in namespaces of its own, for hosts without systemd or podman, with
+the host's NVIDIA devices and driver tree bound in when it has them. No GPU is faked.
 """
 
 from __future__ import annotations
@@ -10,13 +12,25 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from gpustack.errors import BadInput, LabError
+from gpustack.lab import chroot, rootfs
 from gpustack.lab.images import OS_SPECS, apt_cache_dir, ensure_image, image_name, parse_os_list
 from gpustack.lab.podman import LABEL, oci_runtime, preconditions, run
+
+BOOTS = ("podman", "chroot")
+NO_GPU_VARS = [
+    "# Lab nodes have no GPU and share the build machine's kernel (no headers for it).",
+    "gpustack_require_gpu=false",
+]
+GPU_VARS = [
+    "# The host's NVIDIA devices and driver tree are bound into the node.",
+    "gpustack_require_gpu=true",
+]
 
 ULIMITS = ["--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]
 
@@ -57,6 +71,11 @@ def _load_state(name: str) -> dict:
         return {}
 
 
+def state_of(name: str) -> dict:
+    """What `up` recorded for lab `name` (nodes, inventory; a chroot node's root and cgroup)."""
+    return _load_state(name)
+
+
 def _container_info(container: str) -> dict | None:
     proc = run(["podman", "container", "inspect", container], check=False)
     if proc.returncode != 0:
@@ -86,18 +105,24 @@ def _ssh_args(key: Path, port: int) -> list[str]:
     ]
 
 
-def _wait_for_ssh(node: Node, key: Path, timeout: float = 120) -> None:
+def _wait_for_ssh(node: Node, key: Path, timeout: float = 120, hint: str = "") -> None:
+    """Until `ssh true` works; where the host has no SSH client (a chroot node's host may not),
+    until sshd greets on the port."""
     deadline = time.monotonic() + timeout
     last = ""
+    client = shutil.which("ssh")
     while time.monotonic() < deadline:
-        proc = run([*_ssh_args(key, node.port), "true"], check=False, timeout=30)
-        if proc.returncode == 0:
+        if client:
+            proc = run([*_ssh_args(key, node.port), "true"], check=False, timeout=30)
+            if proc.returncode == 0:
+                return
+            last = proc.stderr.decode(errors="replace").strip()
+        elif chroot.sshd_answers(node.port):
             return
-        last = proc.stderr.decode(errors="replace").strip()
         time.sleep(1)
     raise LabError(
         f"node {node.name} did not answer SSH on 127.0.0.1:{node.port}: {last}",
-        f"inspect it: podman exec {node.container} systemctl status ssh",
+        hint or f"inspect it: podman exec {node.container} systemctl status ssh",
     )
 
 
@@ -160,13 +185,34 @@ def _reuse_node(node: Node, image: str, kubernetes: bool = False) -> bool:
     return run(["podman", "start", node.container], check=False).returncode == 0
 
 
+# A chroot node on a cgroup v1 "hybrid" host gets the host's cgroup2 hierarchy, which carries no
+# cpu controller there: a container that asks for a CPU weight fails ("openat2 .../cpu.weight: no
+# such file or directory"), so the container checks ask for none.
+NO_CPU_CONTROLLER_VARS = [
+    "# The node's cgroup2 hierarchy has no cpu controller here (cgroup v1 hybrid host).",
+    'container_runtime_verify_ctr_args=["--cpu-shares", "0"]',
+    'gpu_smoke_ctr_args=["--cpu-shares", "0"]',
+]
+
+
 def write_inventory(
-    path: Path, lab: str, nodes: list[Node], key: Path, kubeconfig: Path | None = None
+    path: Path,
+    lab: str,
+    nodes: list[Node],
+    key: Path,
+    boot: str = "podman",
+    gpu: bool = False,
+    cpu_controller: bool = True,
+    kubeconfig: Path | None = None,
 ) -> None:
-    lines = [
-        f"# Written by `gpustack lab up --name {lab}`: podman systemd nodes, no GPUs.",
-        "[gpu_nodes]",
-    ]
+    if boot == "chroot":
+        what = "a chroot node with systemd as PID 1" + (
+            ", the host's NVIDIA devices bound in" if gpu else ", no NVIDIA device on this host"
+        )
+    else:
+        what = "podman systemd nodes, no GPUs"
+    command = f"gpustack lab up --name {lab}" + (" --boot chroot" if boot == "chroot" else "")
+    lines = [f"# Written by `{command}`: {what}.", "[gpu_nodes]"]
     lines += [f"{n.name} ansible_host=127.0.0.1 ansible_port={n.port} lab_os={n.os}" for n in nodes]
     lines += [
         "",
@@ -176,10 +222,10 @@ def write_inventory(
         "ansible_ssh_common_args='-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"
         " -o LogLevel=ERROR'",
         "ansible_python_interpreter=/usr/bin/python3",
-        "# Lab nodes have no GPU and share the build machine's kernel (no headers for it).",
-        "gpustack_require_gpu=false",
+        *(GPU_VARS if gpu else NO_GPU_VARS),
         "gpustack_lab=true",
         "nvidia_driver_source=distro",
+        *([] if cpu_controller else NO_CPU_CONTROLLER_VARS),
         "",
     ]
     if kubeconfig:
@@ -194,6 +240,23 @@ def check_name(name: str) -> None:
         raise BadInput(f"lab name {name!r} is not usable", "use letters, digits and -")
 
 
+def _ensure_key(lab_dir: Path, name: str, root: Path | None = None) -> Path:
+    """The lab's SSH key; made with the host's ssh-keygen, or with the node root filesystem's
+    where the host has none (a GPU host may carry no SSH tools)."""
+    key = lab_dir / "id_ed25519"
+    if key.exists():
+        return key
+    args = ["-q", "-t", "ed25519", "-N", "", "-C", f"gpustack-lab-{name}"]
+    if shutil.which("ssh-keygen") or root is None:
+        run(["ssh-keygen", *args, "-f", str(key)])
+        return key
+    inside = root / "tmp" / f"gpustack-lab-key-{os.getpid()}"
+    run(["chroot", str(root), "/usr/bin/ssh-keygen", *args, "-f", f"/{inside.relative_to(root)}"])
+    shutil.move(inside, key)
+    shutil.move(inside.with_suffix(".pub"), key.with_suffix(".pub"))
+    return key
+
+
 def up(
     name: str,
     count: int,
@@ -201,33 +264,32 @@ def up(
     inventory: str | None,
     log=print,
     kubernetes: bool = False,
+    boot: str = "podman",
+    rootfs_source: str | None = None,
+    binds: list[str] | None = None,
 ) -> Path:
     """Bring the lab to `count` running nodes; reuse healthy ones; write the inventory.
 
     `kubernetes`: also a real control plane on this machine and a kubelet on every node
-    (cluster.py); its admin kubeconfig is written beside the inventory."""
+    (cluster.py); its admin kubeconfig is written beside the inventory. `boot="chroot"`: one
+    chroot node (chroot.py) from `rootfs_source`, with `binds`."""
+    if boot not in BOOTS:
+        raise BadInput(f"unknown --boot {boot!r}", f"choose from {', '.join(BOOTS)}")
+    if boot == "chroot":
+        if kubernetes:
+            raise BadInput("--kubernetes runs on podman nodes", "leave out --boot chroot")
+        return _up_chroot(name, count, os_list, inventory, rootfs_source, binds or [], log)
+    if rootfs_source or binds:
+        raise BadInput("--rootfs and --bind are for chroot nodes", "add --boot chroot")
     specs = parse_os_list(os_list)
     check_name(name)
     preconditions()
     lab_dir = _lab_dir(name)
     lab_dir.mkdir(parents=True, exist_ok=True)
-    key = lab_dir / "id_ed25519"
-    if not key.exists():
-        run(
-            [
-                "ssh-keygen",
-                "-q",
-                "-t",
-                "ed25519",
-                "-N",
-                "",
-                "-C",
-                f"gpustack-lab-{name}",
-                "-f",
-                str(key),
-            ]
-        )
     state = _load_state(name)
+    if state.get("boot") == "chroot":
+        raise BadInput(f"lab {name} holds a chroot node", f"run `gpustack lab down --name {name}`")
+    key = _ensure_key(lab_dir, name)
     old_nodes = {n["name"]: Node(**n) for n in state.get("nodes", [])}
     inv_path = Path(inventory or state.get("inventory") or lab_dir / "inventory.ini")
     inv_path = inv_path.expanduser().resolve()
@@ -251,7 +313,7 @@ def up(
         from gpustack.lab import cluster
 
         kubeconfig = cluster.up(name, lab_dir, nodes, log)
-    write_inventory(inv_path, name, nodes, key, kubeconfig)
+    write_inventory(inv_path, name, nodes, key, kubeconfig=kubeconfig)
     state = {"nodes": [asdict(n) for n in nodes], "inventory": str(inv_path)}
     if kubeconfig:
         state["kubeconfig"] = str(kubeconfig)
@@ -259,11 +321,123 @@ def up(
     return inv_path
 
 
+def _chroot_preconditions(tools: tuple[str, ...]) -> None:
+    if os.geteuid() != 0:
+        raise LabError("a chroot node needs root (namespaces, mounts, cgroups)",
+                       "run it as root, e.g. with sudo")  # fmt: skip
+    for tool in ("unshare", "chroot", "mount", *tools):
+        if not shutil.which(tool):
+            raise LabError(
+                f"{tool} is not installed",
+                "apt-get install util-linux coreutils tar xz-utils (and debootstrap to build a "
+                "root filesystem)",
+            )
+
+
+def build_rootfs(directory: str, os_name: str, pack: str | None) -> list[str]:
+    """`gpustack lab rootfs`: build a chroot node's root filesystem, pack it if asked."""
+    rootfs.single_os(os_name)
+    _chroot_preconditions(("debootstrap", "tar", "xz") if pack else ("debootstrap",))
+    root = rootfs.build(Path(directory), os_name)
+    lines = [f"Root filesystem: {root}"]
+    if pack:
+        size = rootfs.pack(root, Path(pack))
+        lines.append(f"Packed into {pack}: {size} bytes ({rootfs.human_size(size)})")
+    return lines
+
+
+def _prepare_root(root: Path, os_name: str, source: str | None, log) -> None:
+    if rootfs.is_built(root):
+        return
+    if source is None:
+        _chroot_preconditions(("debootstrap",))
+        rootfs.build(root, os_name, log)
+        return
+    path = Path(source).expanduser().resolve()
+    if path.is_dir():
+        rootfs.copy_root(path, root)
+    else:
+        rootfs.unpack(path, root)
+
+
+def _up_chroot(name: str, count: int, os_list: str, inventory: str | None,
+               source: str | None, bind_args: list[str], log) -> Path:  # fmt: skip
+    """One chroot node: its root filesystem (built, unpacked or copied once per lab), booted
+    unless it runs already, sshd on a free loopback port, the inventory."""
+    check_name(name)
+    if count != 1:
+        raise BadInput(
+            "a chroot lab has exactly one node",
+            "use --nodes 1: chroot nodes share the host's network namespace, so a second node's "
+            "containerd would clash with the first's sockets",
+        )
+    rootfs.single_os(os_list)
+    extra = [chroot.parse_bind(text) for text in bind_args]
+    _chroot_preconditions(())
+    lab_dir = _lab_dir(name)
+    state = _load_state(name)
+    if state and state.get("boot") != "chroot":
+        raise BadInput(f"lab {name} holds podman nodes", f"`gpustack lab down --name {name}` first")
+    lab_dir.mkdir(parents=True, exist_ok=True)
+    root = lab_dir / "rootfs"
+    _prepare_root(root, os_list, source, log)
+    key = _ensure_key(lab_dir, name, root)
+    # As podman nodes do: one apt archive cache for every node of this machine.
+    cache = chroot.Bind("dir", "rw", str(apt_cache_dir()), "/var/cache/apt/archives")
+    binds = [*chroot.device_binds(), cache, *extra]
+    gpu = chroot.has_gpu_devices(binds)
+    inv_path = Path(inventory or state.get("inventory") or lab_dir / "inventory.ini")
+    inv_path = inv_path.expanduser().resolve()
+    old = [Node(**n) for n in state.get("nodes", [])]
+    node_state = state.get("chroot") or {}
+    if old and chroot.running(node_state) and chroot.sshd_answers(old[0].port):
+        node = old[0]
+    else:
+        if node_state.get("cgroup"):
+            chroot.stop(node_state)
+        node = Node(f"{name}-node1", rootfs.os_of(root), _free_port(), "")
+        driver = any(b.dest == chroot.DRIVER_TREE for b in binds)
+        chroot.write_boot_files(root, node.name, node.port, key.with_suffix(".pub").read_text(),
+                                driver)  # fmt: skip
+        node_state = chroot.boot(root, name, node.name, lab_dir, binds)
+    node_state["binds"] = [b.line() for b in binds]
+    _state_path(name).write_text(json.dumps(
+        {"boot": "chroot", "nodes": [asdict(node)], "inventory": str(inv_path),
+         "chroot": node_state}, indent=2))  # fmt: skip
+    _wait_for_ssh(node, key, hint=f"see {lab_dir / 'console.log'}; "
+                  f"`gpustack lab down --name {name}` ends the node")  # fmt: skip
+    cpu = "cpu" in node_state.get("controllers", [])
+    write_inventory(inv_path, name, [node], key, boot="chroot", gpu=gpu, cpu_controller=cpu)
+    return inv_path
+
+
+def _down_chroot(name: str, state: dict) -> None:
+    """Stop the node, check that nothing of it is mounted here, remove the lab's directory."""
+    node = state.get("chroot") or {}
+    if node.get("cgroup"):
+        chroot.stop(node)
+    lab_dir = _lab_dir(name)
+    left = chroot.mounts_under(lab_dir)
+    if left:
+        raise LabError(f"still mounted under {lab_dir}: {', '.join(left)}",
+                       "unmount them (umount -R), then run `gpustack lab down` again")  # fmt: skip
+    inventory = state.get("inventory")
+    if inventory:
+        Path(inventory).unlink(missing_ok=True)
+    # --one-file-system: never follow into anything mounted below (there should be nothing).
+    subprocess.run(["rm", "-rf", "--one-file-system", str(lab_dir)], check=False)
+
+
 def down(name: str, images: bool = False) -> None:
-    """Remove the lab's containers, key, state and inventory (images stay unless asked)."""
+    """Remove the lab's containers (or chroot node), key, state and inventory (images stay
+    unless asked)."""
+    check_name(name)
+    state = _load_state(name)
+    if state.get("boot") == "chroot":
+        _down_chroot(name, state)
+        return
     check_name(name)
     preconditions()
-    state = _load_state(name)
     containers = {n["container"] for n in state.get("nodes", [])}
     listed = run(
         [
@@ -306,7 +480,8 @@ def list_labs() -> list[str]:
         try:
             state = json.loads(state_file.read_text(encoding="utf-8"))
             nodes = ", ".join(f"{n['name']} ({n['os']}, :{n['port']})" for n in state["nodes"])
-            rows.append(f"{state_file.parent.name}: {nodes} — inventory {state['inventory']}")
+            kind = " [chroot]" if state.get("boot") == "chroot" else ""
+            rows.append(f"{state_file.parent.name}{kind}: {nodes} — inventory {state['inventory']}")
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             raise BadInput(
                 f"lab state file {state_file} is damaged",

@@ -23,6 +23,7 @@ LONGEST_FIRST = (
     "test_molecule_default.py",
     "test_credentials.py",
     "test_driver.py",
+    "test_chroot_node.py",
     "test_fastpath.py",
     "test_kill_rerun.py",
     "test_molecule_upgrade.py",

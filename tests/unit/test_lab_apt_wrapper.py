@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from gpustack.lab.images import OS_SPECS, _configure_script
+from gpustack.lab.images import OS_SPECS, configure_script
 
 LOCK = "flock /var/cache/apt/archives/.gpustack-lab.lock"
 
@@ -16,7 +16,7 @@ LOCK = "flock /var/cache/apt/archives/.gpustack-lab.lock"
 def wrapper(tmp_path) -> str:
     """The wrapper as the image recipe writes it, its two programs replaced by stand-ins that say
     which one ran."""
-    script = _configure_script(OS_SPECS["debian12"])
+    script = configure_script(OS_SPECS["debian12"])
     body = script.split("cat > /usr/bin/apt-get <<'EOS'\n", 1)[1].split("\nEOS\n", 1)[0]
     assert body.count(LOCK) == 1 and body.count("/usr/bin/apt-get.distrib") == 2
     distrib = tmp_path / "apt-get.distrib"

@@ -12,6 +12,15 @@ def pytest_configure(config):
         pytest.exit("skipped: no GPU inventory (set GPUSTACK_GPU_INVENTORY)", returncode=4)
 
 
+# nvidia-smi where the driver is a package (/usr/bin), or in a driver tree that is not one
+# (/usr/local/nvidia/bin, which an SSH session's PATH lacks; `gpustack smoke` looks there too).
+SEARCH_PATH = 'PATH="$PATH:/usr/local/nvidia/bin:/usr/bin:/bin"'
+
+
+def nvidia_smi(host, args: str) -> str:
+    return run_ok(host, f"{SEARCH_PATH}; nvidia-smi {args}")
+
+
 def run_ok(host, command: str) -> str:
     result = host.run(command)
     assert result.rc == 0, f"{command}: rc={result.rc} {result.stderr}"
@@ -21,6 +30,6 @@ def run_ok(host, command: str) -> str:
 @pytest.fixture
 def gpu_names(host) -> list[str]:
     """`nvidia-smi -L` on the host: one line per GPU ("GPU 0: NVIDIA H100 ... (UUID: GPU-…)")."""
-    lines = [line for line in run_ok(host, "nvidia-smi -L").splitlines() if line.startswith("GPU ")]
+    lines = [line for line in nvidia_smi(host, "-L").splitlines() if line.startswith("GPU ")]
     assert lines, "nvidia-smi lists no GPU"
     return lines
