@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import signal
 import sys
 from typing import Annotated
 
 import typer
+from typer.core import TyperCommand
 
 from gpustack import __version__, commands
 from gpustack.ansible.inventory import inventory_source
@@ -19,6 +21,25 @@ try:  # typer >= 0.26 vendors click; older releases use the click package
     from typer._click import exceptions as click_exceptions
 except ImportError:  # pragma: no cover - depends on the installed typer
     from click import exceptions as click_exceptions
+
+_TYPE_LABEL = re.compile(r" <(?:str|int|float|bool|list\[\w+\]|\w+ range)>")
+_RANGE = {
+    re.compile(r"\bx>=([\d.]+)"): r"\1 or more",
+    re.compile(r"\b([\d.]+)<=x<=([\d.]+)"): r"\1 to \2",
+}
+
+
+class HelpInWords(TyperCommand):
+    """A command whose --help names values in words: options carry a metavar (FILE, N, SECONDS);
+    Typer still labels arguments with their Python type (`INVENTORY <str>`) and ranges as
+    `x>=1`, which this drops and rewords."""
+
+    def get_help(self, ctx) -> str:
+        text = _TYPE_LABEL.sub("", super().get_help(ctx))
+        for pattern, words in _RANGE.items():
+            text = pattern.sub(words, text)
+        return text
+
 
 app = typer.Typer(
     help="Bring NVIDIA GPU nodes up and keep them current (driver, toolkit, runtime, k8s).",
@@ -33,30 +54,50 @@ lab_app = typer.Typer(
 app.add_typer(lab_app, name="lab")
 
 Inventory = Annotated[
-    str, typer.Argument(help="Ansible inventory (INI or YAML).", show_default=False)
+    str,
+    typer.Argument(
+        help="Ansible inventory (INI or YAML).", show_default=False, metavar="INVENTORY"
+    ),
 ]
 LocalOrInventory = Annotated[
     str | None,
     typer.Argument(
-        help="Ansible inventory (INI or YAML); leave out with --local.", show_default=False
+        help="Ansible inventory (INI or YAML); leave out with --local.",
+        show_default=False,
+        metavar="INVENTORY",
     ),
 ]
 Local = Annotated[
     bool,
     typer.Option("--local", help="This machine, no SSH (localhost ansible_connection=local)."),
 ]
-Limit = Annotated[str | None, typer.Option("--limit", "-l", help="Ansible host pattern.")]
+Limit = Annotated[
+    str | None, typer.Option("--limit", "-l", help="Ansible host pattern.", metavar="PATTERN")
+]
 ExtraVars = Annotated[
     list[str] | None,
-    typer.Option("--extra-vars", "-e", help="KEY=VALUE, @file.yml or a YAML mapping; repeatable."),
+    typer.Option(
+        "--extra-vars",
+        "-e",
+        help="KEY=VALUE, @file.yml or a YAML mapping; repeatable.",
+        metavar="VARS",
+    ),
 ]
-Tags = Annotated[str, typer.Option("--tags", "-t", help="Only tasks with these tags.")]
-SkipTags = Annotated[str, typer.Option("--skip-tags", help="Skip tasks with these tags.")]
+Tags = Annotated[
+    str, typer.Option("--tags", "-t", help="Only tasks with these tags.", metavar="TAGS")
+]
+SkipTags = Annotated[
+    str, typer.Option("--skip-tags", help="Skip tasks with these tags.", metavar="TAGS")
+]
 Kubeconfig = Annotated[
     str | None,
-    typer.Option("--kubeconfig", help="Kubeconfig for the Kubernetes side (default: $KUBECONFIG)."),
+    typer.Option(
+        "--kubeconfig",
+        help="Kubeconfig for the Kubernetes side (default: $KUBECONFIG).",
+        metavar="FILE",
+    ),
 ]
-Output = Annotated[str, typer.Option("--output", "-o", help="text or json.")]
+Output = Annotated[str, typer.Option("--output", "-o", help="text or json.", metavar="FORMAT")]
 Report = Annotated[
     str | None, typer.Option("--report", help="Write a JSON report to FILE.", metavar="FILE")
 ]
@@ -67,6 +108,7 @@ Forks = Annotated[
         "--forks",
         "-f",
         min=1,
+        metavar="N",
         help="Hosts a playbook works on at once (ansible-playbook -f); default: all, up to 50.",
     ),
 ]
@@ -77,7 +119,10 @@ Full = Annotated[
 # Options of the commands that evict GPU pods (upgrade, mig).
 Force = Annotated[bool, typer.Option("--force", help="Also evict GPU pods no controller manages.")]
 PodDeletionTimeout = Annotated[
-    float, typer.Option("--pod-deletion-timeout", min=1, help="Seconds to evict GPU pods.")
+    float,
+    typer.Option(
+        "--pod-deletion-timeout", min=1, metavar="SECONDS", help="Seconds to evict GPU pods."
+    ),
 ]
 Wait = Annotated[
     bool,
@@ -120,7 +165,7 @@ def host_command(fn):
 
     del command.__wrapped__  # typer must see the signature below, not fn's
     command.__signature__ = sig.replace(parameters=own + shared)
-    return app.command(fn.__name__)(command)
+    return app.command(fn.__name__, cls=HelpInWords)(command)
 
 
 def _opts(inventory, local=False, tags="", skip_tags="", kubeconfig=None, wait=False, common=None,
@@ -207,7 +252,9 @@ def smoke(
     local: Local = False,
     image: Annotated[
         str | None,
-        typer.Option("--image", help="Local image for the container check (none: skip it)."),
+        typer.Option(
+            "--image", metavar="IMAGE", help="Local image for the container check (none: skip it)."
+        ),
     ] = None,
     capture: Annotated[
         str | None,
@@ -223,43 +270,70 @@ def smoke(
 def upgrade(
     inventory: Inventory,
     driver_version: Annotated[
-        str, typer.Option("--driver-version", help="Exact driver package version to roll out.")
+        str,
+        typer.Option(
+            "--driver-version", metavar="VERSION", help="Exact driver package version to roll out."
+        ),
     ] = "",
     driver_branch: Annotated[
-        str, typer.Option("--driver-branch", help="Or: the newest version of this branch.")
+        str,
+        typer.Option(
+            "--driver-branch", metavar="BRANCH", help="Or: the newest version of this branch."
+        ),
     ] = "",
     max_unavailable: Annotated[
-        str, typer.Option("--max-unavailable", help="Nodes out of service at once: N or P%.")
+        str,
+        typer.Option(
+            "--max-unavailable", metavar="N|P%", help="Nodes out of service at once: N or P%."
+        ),
     ] = "25%",
     max_parallel: Annotated[
-        int, typer.Option("--max-parallel", min=1, help="Nodes upgraded at once.")
+        int, typer.Option("--max-parallel", min=1, metavar="N", help="Nodes upgraded at once.")
     ] = 1,
     canary: Annotated[
-        int, typer.Option("--canary", min=0, help="First batch size; then pause.")
+        int, typer.Option("--canary", min=0, metavar="N", help="First batch size; then pause.")
     ] = 0,
     canary_pause: Annotated[
-        float, typer.Option("--canary-pause", min=0, help="Seconds to wait after the canary.")
+        float,
+        typer.Option(
+            "--canary-pause", min=0, metavar="SECONDS", help="Seconds to wait after the canary."
+        ),
     ] = 0,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Continue without asking.")] = False,
     drain: Annotated[
         bool, typer.Option("--drain/--no-drain", help="Drain all pods (default: GPU pods only).")
     ] = False,
     pod_selector: Annotated[
-        str, typer.Option("--wait-for-jobs", help="Wait for pods matching this label selector.")
+        str,
+        typer.Option(
+            "--wait-for-jobs",
+            metavar="SELECTOR",
+            help="Wait for pods matching this label selector.",
+        ),
     ] = "",
     wait_for_jobs_timeout: Annotated[
-        float, typer.Option("--wait-for-jobs-timeout", min=0, help="Seconds; 0: no limit.")
+        float,
+        typer.Option(
+            "--wait-for-jobs-timeout", min=0, metavar="SECONDS", help="Seconds; 0: no limit."
+        ),
     ] = 0,
     pod_deletion_timeout: PodDeletionTimeout = 300,
     force: Force = False,
     drain_timeout: Annotated[
-        float, typer.Option("--drain-timeout", min=1, help="Seconds to drain a node.")
+        float,
+        typer.Option("--drain-timeout", min=1, metavar="SECONDS", help="Seconds to drain a node."),
     ] = 300,
     validation_timeout: Annotated[
-        float, typer.Option("--validation-timeout", min=1, help="Seconds to validate a node.")
+        float,
+        typer.Option(
+            "--validation-timeout", min=1, metavar="SECONDS", help="Seconds to validate a node."
+        ),
     ] = 600,
     max_failures: Annotated[
-        int, typer.Option("--max-failures", min=0, help="Failed nodes tolerated before stopping.")
+        int,
+        typer.Option(
+            "--max-failures", min=0, metavar="N", help="Failed nodes tolerated before stopping."
+        ),
     ] = 0,
     resume: Annotated[
         bool, typer.Option("--resume", help="Continue the recorded upgrade.")
@@ -296,7 +370,10 @@ def mig(
     force: Force = False,
     pod_deletion_timeout: PodDeletionTimeout = 300,
     validation_timeout: Annotated[
-        float, typer.Option("--validation-timeout", min=1, help="Seconds for the new resources.")
+        float,
+        typer.Option(
+            "--validation-timeout", min=1, metavar="SECONDS", help="Seconds for the new resources."
+        ),
     ] = 600,
     kubeconfig: Kubeconfig = None,
     wait: Wait = False,
@@ -319,6 +396,7 @@ def uninstall(
         str,
         typer.Option(
             "--components",
+            metavar="LIST",
             help="Comma-separated: driver, toolkit, runtime, mig, k8s (driver includes mig).",
         ),
     ] = "driver",
@@ -335,7 +413,7 @@ def uninstall(
     _exit(commands.uninstall(_opts(**locals()), components, yes, check))
 
 
-@app.command()
+@app.command(cls=HelpInWords)
 def manifests(
     inventory: Inventory,
     output_dir: Annotated[
@@ -343,6 +421,7 @@ def manifests(
         typer.Option(
             "--output-dir",
             "-d",
+            metavar="DIR",
             help="Directory for the YAML files (new, empty, or earlier gpustack manifests).",
             show_default=False,
         ),
@@ -358,18 +437,23 @@ def manifests(
     _exit(commands.manifests(inventory, output_dir, servicemonitor, limit, extra_vars or []))
 
 
-@lab_app.command("up")
+@lab_app.command("up", cls=HelpInWords)
 def lab_up(
-    name: Annotated[str, typer.Option("--name", help="Lab name.")] = "lab",
-    nodes: Annotated[int, typer.Option("--nodes", min=1, max=16)] = 2,
+    name: Annotated[str, typer.Option("--name", metavar="NAME", help="Lab name.")] = "lab",
+    nodes: Annotated[
+        int, typer.Option("--nodes", min=1, max=16, metavar="N", help="Number of nodes.")
+    ] = 2,
     os_: Annotated[
         str,
         typer.Option(
-            "--os", help="debian12, debian13, forky; comma-separated to mix (assigned in turn)."
+            "--os",
+            metavar="OS",
+            help="debian12, debian13, forky; comma-separated to mix (assigned in turn).",
         ),
     ] = "debian12",
     inventory: Annotated[
-        str | None, typer.Option("--inventory", help="Where to write the inventory.")
+        str | None,
+        typer.Option("--inventory", metavar="FILE", help="Where to write the inventory."),
     ] = None,
     kubernetes: Annotated[
         bool,
@@ -410,9 +494,9 @@ def lab_components(
         output.stdout.print(f"{row['component']} v{row['version']} ({row['go']}): {where}{figures}")
 
 
-@lab_app.command("down")
+@lab_app.command("down", cls=HelpInWords)
 def lab_down(
-    name: Annotated[str, typer.Option("--name", help="Lab name.")] = "lab",
+    name: Annotated[str, typer.Option("--name", metavar="NAME", help="Lab name.")] = "lab",
     images: Annotated[
         bool, typer.Option("--images", help="Also remove the cached node images.")
     ] = False,
@@ -424,7 +508,7 @@ def lab_down(
     output.stdout.print(f"Lab {name} removed.")
 
 
-@lab_app.command("list")
+@lab_app.command("list", cls=HelpInWords)
 def lab_list() -> None:
     """List labs and their nodes."""
     from gpustack.lab import nodes as lab
