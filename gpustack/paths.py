@@ -45,7 +45,7 @@ _DOC_REFERENCE = re.compile(r"(?<![\w/.-])docs/([\w.-]+\.md)\b")
 
 
 def resolve_doc_references(text: str) -> str:
-    """`docs/NAME.md` in a hint or help text, as a path a user can open where gpustack is
+    """`docs/<name>.md` in a hint or help text, as a path a user can open where gpustack is
     installed from a wheel (its docs live in the package); unchanged in a checkout, where
     docs/ is the repository's."""
     if content_root() == _PACKAGE_DIR.parent:
