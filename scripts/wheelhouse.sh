@@ -2,7 +2,7 @@
 # Build a wheelhouse: gpustack and every runtime dependency as wheels, for one Python version and
 # platform, so a host without network installs gpustack with
 #   python3 -m venv --without-pip /opt/gpustack
-#   /opt/gpustack/bin/python WHEELHOUSE/pip-*.whl/pip install --no-index --find-links WHEELHOUSE gpustack
+#   /opt/gpustack/bin/python WHEELHOUSE/pip-*.whl/pip install --no-index --find-links WHEELHOUSE gpu-node-stack
 # (or ./gpu-smoke.sh inside the wheelhouse, which does that in a temporary venv). docs/gpu-hosts.md.
 #
 # Wheels only: `pip download --only-binary=:all: --python-version --platform`. pip cannot build an
@@ -96,7 +96,7 @@ for p in "${PLATFORMS[@]}"; do TARGET+=(--platform "$p"); done
 
 echo "Building the gpustack wheel from $ROOT"
 "$PY" -m pip wheel --quiet --no-deps --wheel-dir "$DEST" "$ROOT"
-WHEEL=$(ls "$DEST"/gpustack-*.whl)
+WHEEL=$(ls "$DEST"/gpu_node_stack-*.whl)
 
 echo "Downloading wheels for CPython $PYVER on ${PLATFORMS[0]} … ${PLATFORMS[-1]}"
 log=$(mktemp)
@@ -128,7 +128,7 @@ Smoke-test this machine (read-only, no network; a temporary venv, removed afterw
   ./gpu-smoke.sh                       # add --capture DIR, --report FILE, --image REF, -o json
 Install gpustack for good (no network):
   python3 -m venv --without-pip /opt/gpustack
-  /opt/gpustack/bin/python $(ls "$DEST" | grep '^pip-.*\.whl$')/pip install --no-index --find-links . gpustack
+  /opt/gpustack/bin/python $(ls "$DEST" | grep '^pip-.*\.whl$')/pip install --no-index --find-links . gpu-node-stack
   /opt/gpustack/bin/gpustack doctor --local
 TXT
 ( cd "$DEST" && sha256sum ./*.whl gpu-smoke.sh requirements.txt | sed 's| \./| |' > SHA256SUMS )
@@ -141,7 +141,7 @@ if [ "$CHECK" -eq 1 ]; then
     trap 'rm -f "$log"; rm -rf "$scratch"' EXIT
     if ! PIP_CONFIG_FILE=/dev/null "$PY" -m pip --isolated download --quiet --dest "$scratch" \
             --no-index --find-links "$DEST" --only-binary=:all: "${TARGET[@]}" \
-            gpustack >"$log" 2>&1; then
+            gpu-node-stack >"$log" 2>&1; then
         cat "$log" >&2
         fail "the wheelhouse does not resolve gpustack offline" "see pip's message above" 1
     fi
