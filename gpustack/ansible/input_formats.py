@@ -49,7 +49,7 @@ def check_extra_vars(extravars: dict[str, Any], where: str = "-e") -> None:
     """Raise BadInput for the first invalid gpustack input among the extra vars (or `where`)."""
     credentials.register_inputs(extravars)
     check_sources(extravars, where)
-    for name in ("gpustack_require_gpu", "nvidia_driver_open_kernel_modules"):
+    for name in ("gpustack_require_gpu",):
         if name in extravars and str(extravars[name]).lower() not in _BOOL:
             raise BadInput(f"{where} {name}={extravars[name]}: not a boolean", "use true or false")
     try:

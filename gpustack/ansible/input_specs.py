@@ -78,8 +78,12 @@ def check_inputs(variables: dict[str, Any], where: str = "-e") -> None:
                 f"{where} {name}={shown}: {problem} ({kind} expected)",
                 f"see {name} in docs/variables.md",
             )
-        choices = spec.get("choices")
-        if choices and str(value) not in [str(c) for c in choices]:
+        choices = [str(c) for c in spec.get("choices") or []]
+        # As Ansible's validator: YAML's True/False count as the one true/false word among the
+        # choices (ansible/module_utils/common/parameters.py, _validate_argument_values).
+        if str(value) in ("True", "False") and str(value).lower() in choices:
+            value = str(value).lower()
+        if choices and str(value) not in choices:
             raise BadInput(
                 f"{where} {name}={value}: not one of {', '.join(str(c) for c in choices)}",
                 f"choose one of {', '.join(str(c) for c in choices)}",
