@@ -174,11 +174,12 @@ def _device_id(device):
         return None
 
 
-def kernel_module_type(setting, branch="", devices=None, installed_package=""):
+def kernel_module_type(setting, branch="", devices=None, installed=None):
     """{'open': bool, 'reason': str}: the kernel modules to install. `setting` is
     nvidia_driver_open_kernel_modules (auto, or a boolean); `branch` the driver branch ('' when
     not known yet); `devices` gpu_preflight's gpus.devices (device_id "0x2335");
-    `installed_package` the driver package installed now (gpu_preflight's driver.installed)."""
+    `installed` the kind of the driver installed now, open or proprietary (gpu_preflight's
+    driver.installed.kernel_modules; None when none is)."""
     text = str(setting).strip().lower()
     if text in _TRUE:
         return {"open": True, "reason": "nvidia_driver_open_kernel_modules=true"}
@@ -188,14 +189,12 @@ def kernel_module_type(setting, branch="", devices=None, installed_package=""):
         raise AnsibleFilterError(
             "nvidia_driver_open_kernel_modules=%s: use auto, true or false" % setting
         )
-    if installed_package:
+    if installed in ("open", "proprietary"):
         # auto never switches an installed driver between the two kinds (packages of one kind
         # conflict with the other's): that takes true or false.
-        kind = "open" if "open" in str(installed_package) else "proprietary"
         return {
-            "open": kind == "open",
-            "reason": "auto: keeps the installed driver's %s modules (%s)"
-            % (kind, installed_package),
+            "open": installed == "open",
+            "reason": "auto: keeps the installed driver's %s modules" % installed,
         }
     ids = [_device_id(d) for d in devices or []]
     ids = [i for i in ids if i is not None]

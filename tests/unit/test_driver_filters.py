@@ -181,15 +181,36 @@ def test_kernel_module_type_names_why():
 
 
 def test_auto_keeps_the_kind_of_an_installed_driver():
-    keep = f.kernel_module_type("auto", "580", gpus(H100), "nvidia-kernel-dkms")
+    keep = f.kernel_module_type("auto", "580", gpus(H100), "proprietary")
     assert keep == {
         "open": False,
-        "reason": "auto: keeps the installed driver's proprietary modules (nvidia-kernel-dkms)",
+        "reason": "auto: keeps the installed driver's proprietary modules",
     }
-    assert f.kernel_module_type("auto", "535", gpus(V100), "nvidia-open-kernel-dkms")["open"]
-    assert f.kernel_module_type("true", "580", gpus(H100), "nvidia-kernel-dkms")["open"]
+    assert f.kernel_module_type("auto", "535", gpus(V100), "open")["open"]
+    assert f.kernel_module_type("true", "580", gpus(H100), "proprietary")["open"]
+    assert f.kernel_module_type("auto", "580", gpus(H100), None)["open"]
 
 
 def test_kernel_module_type_refuses_other_words():
     with pytest.raises(f.AnsibleFilterError, match="use auto, true or false"):
         f.kernel_module_type("perhaps", "580", [])
+
+
+@pytest.mark.parametrize(
+    ("installed", "kind"),
+    [
+        (["nvidia-kernel-dkms", "nvidia-driver-libs"], "proprietary"),  # Debian
+        (["nvidia-open-kernel-dkms", "nvidia-driver-libs"], "open"),
+        (["nvidia-headless-580-server-open", "nvidia-dkms-580-server-open"], "open"),  # Ubuntu
+        (["nvidia-headless-580-server", "nvidia-dkms-580-server"], "proprietary"),
+        (["cuda-drivers-580", "cuda-drivers", "nvidia-driver-580"], "proprietary"),  # CUDA repo
+        (["nvidia-driver-580-open", "nvidia-kernel-open-dkms"], "open"),
+        (["kmod-nvidia-open-dkms", "nvidia-driver"], "open"),  # EL
+        (["nvidia-driver-libs"], None),  # no module package: nothing to keep
+    ],
+)
+def test_the_probe_reads_the_installed_kind(installed, kind):
+    from tests.unit.host_modules import load as load_module
+
+    probe = load_module("plugins/modules/gpustack_host_probe.py", "probe_kernel_kind")
+    assert probe.kernel_module_kind(installed) == kind
