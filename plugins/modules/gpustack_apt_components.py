@@ -40,6 +40,48 @@ options:
 author: gpustack
 """
 
+EXAMPLES = r"""
+- name: Enable contrib, non-free and non-free-firmware for bookworm's suites
+  gpustack.gpustack.gpustack_apt_components:
+    components: [contrib, non-free, non-free-firmware]
+    suites: [bookworm, bookworm-updates, bookworm-security]
+  register: components
+
+- name: End the change once the refreshed lists offer what was needed
+  gpustack.gpustack.gpustack_apt_components:
+    components: [contrib, non-free, non-free-firmware]
+    suites: [bookworm, bookworm-updates, bookworm-security]
+    state: commit
+
+- name: Take back everything gpustack added (uninstall)
+  gpustack.gpustack.gpustack_apt_components:
+    components: [contrib, non-free, non-free-firmware]
+    suites: [bookworm, bookworm-updates, bookworm-security]
+    state: absent
+"""
+
+RETURN = r"""
+files:
+  description: The source files changed (would change, in check mode).
+  returned: always, except when nothing was recorded and I(state) is not present
+  type: list
+  elements: str
+entries:
+  description: Each source entry changed, with its file and the components added or taken back.
+  returned: as files
+  type: list
+  elements: dict
+backups:
+  description: Backup file per changed source file (with I(backup)).
+  returned: as files
+  type: dict
+pending:
+  description: A change to the sources that no I(state=commit) has ended yet (this run's or an
+    interrupted run's); the caller refreshes the package lists before it trusts them.
+  returned: always
+  type: bool
+"""
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_apt_components import (
     ARGUMENT_SPEC,

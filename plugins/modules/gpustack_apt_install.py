@@ -195,6 +195,24 @@ options:
 author: gpustack
 """
 
+EXAMPLES = r"""
+- name: Install the driver at an exact version, held, in one apt-get transaction
+  gpustack.gpustack.gpustack_apt_install:
+    packages: [nvidia-kernel-dkms=535.261.03-1, nvidia-smi=535.261.03-1, libcuda1=535.261.03-1]
+    hold: [nvidia-kernel-dkms, nvidia-smi, libcuda1]
+    lock_timeout: 300
+  register: driver_packages
+
+- name: The same, and read nvidia-smi's answer in the same round trip
+  gpustack.gpustack.gpustack_apt_install:
+    packages: [nvidia-container-toolkit=1.17.8-1]
+    hold: [nvidia-container-toolkit]
+    reads:
+      commands:
+        version: [nvidia-ctk, --version]
+  register: toolkit_packages
+"""
+
 RETURN = r"""
 stdout: {description: apt-get's output (the simulation's in check mode)., type: str}
 stderr: {description: apt-get's standard error., type: str}

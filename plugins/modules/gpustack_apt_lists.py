@@ -72,6 +72,18 @@ options:
 author: gpustack
 """
 
+EXAMPLES = r"""
+- name: Refresh the package lists when older than an hour, then list the driver's versions
+  gpustack.gpustack.gpustack_apt_lists:
+    valid_seconds: 3600
+    madison: [nvidia-kernel-dkms, nvidia-smi]
+  register: lists
+
+- name: Show the versions the sources offer
+  ansible.builtin.debug:
+    msg: "{{ lists.stdout }}"
+"""
+
 RETURN = r"""
 refreshed: {description: Whether apt-get update ran., type: bool}
 refresh: {description: "O(refresh): the lists' age was looked at (refreshed if stale).", type: bool}

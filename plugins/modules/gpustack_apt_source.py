@@ -88,6 +88,26 @@ options:
 author: gpustack
 """
 
+EXAMPLES = r"""
+- name: Add NVIDIA's CUDA repository with its key, checked against its fingerprint
+  gpustack.gpustack.gpustack_apt_source:
+    name: nvidia-cuda
+    content: |
+      Types: deb
+      URIs: https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/
+      Suites: /
+      Signed-By: /usr/share/keyrings/gpustack-nvidia-cuda.gpg
+    key_url: https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/3bf863cc.pub
+    key_fingerprint: EB693B3035CD5710E231E123A4B469963BF863CC
+    key_location: /usr/share/keyrings/gpustack-nvidia-cuda.gpg
+    offers: cuda-drivers
+
+- name: Keep it once the driver was installed from it
+  gpustack.gpustack.gpustack_apt_source:
+    name: nvidia-cuda
+    state: commit
+"""
+
 RETURN = r"""
 files:
   description: Paths written or removed (state=present) or restored (state=rollback).

@@ -44,6 +44,20 @@ options:
 author: gpustack
 """
 
+EXAMPLES = r"""
+- name: Does the running containerd run the nvidia runtime its files define?
+  gpustack.gpustack.gpustack_containerd_loaded:
+    config: /etc/containerd/config.toml
+    name: nvidia
+    binary: /usr/bin/nvidia-container-runtime
+  register: loaded
+
+- name: Say what differs
+  ansible.builtin.debug:
+    msg: "{{ loaded.differences }}"
+  when: loaded.differences | length > 0
+"""
+
 RETURN = r"""
 loaded:
   description: available, error, runtimes {name {runtime_type, options}} as containerd runs them.

@@ -28,6 +28,15 @@ options:
 author: gpustack
 """
 
+EXAMPLES = r"""
+- name: Read containerd's version, its files and its effective configuration
+  gpustack.gpustack.gpustack_containerd_read:
+    config: /etc/containerd/config.toml
+    dropin: /etc/containerd/conf.d/99-nvidia.toml
+    record: /var/lib/gpustack/container_runtime.json
+  register: containerd
+"""
+
 RETURN = r"""
 version: {description: What C(containerd --version) printed., type: str, returned: always}
 main:

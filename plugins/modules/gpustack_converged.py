@@ -36,6 +36,36 @@ options:
 author: gpustack
 """
 
+EXAMPLES = r"""
+- name: Record the driver role's converged stamp after a successful run
+  gpustack.gpustack.gpustack_converged:
+    role: nvidia_driver
+    stamp:
+      inputs: {nvidia_driver_version: 535.261.03-1}
+    files: [/etc/apt/preferences.d/gpustack-nvidia-driver.pref]
+    packages: [nvidia-kernel-dkms, nvidia-smi, libcuda1]
+    holds: [nvidia-kernel-dkms, nvidia-smi, libcuda1]
+    services: [nvidia-persistenced]
+"""
+
+RETURN = r"""
+path:
+  description: The first stamp file written or found unchanged.
+  returned: success
+  type: str
+  sample: /var/lib/gpustack/converged/nvidia_driver.json
+paths:
+  description: Every stamp file, in the order given.
+  returned: success
+  type: list
+  elements: str
+changed_paths:
+  description: The stamp files whose content changed.
+  returned: success
+  type: list
+  elements: str
+"""
+
 import json
 import os
 import re

@@ -34,6 +34,14 @@ options:
 author: gpustack
 """
 
+EXAMPLES = r"""
+- name: Wait up to 5 minutes for dpkg's and apt's locks, then look for an interrupted run
+  gpustack.gpustack.gpustack_dpkg_ready:
+    timeout: 300
+    audit: true
+  register: dpkg
+"""
+
 RETURN = r"""
 holders: {description: "'pid N (command line)' of each holder left at the timeout.", type: list}
 waited_s: {description: Seconds waited for the locks., type: float}

@@ -32,6 +32,29 @@ options:
 author: gpustack
 """
 
+EXAMPLES = r"""
+- name: Hold the driver's packages
+  gpustack.gpustack.gpustack_dpkg_selections:
+    names: [nvidia-kernel-dkms, nvidia-smi, libcuda1]
+    selection: hold
+    lock_timeout: 300
+
+- name: Release them again
+  gpustack.gpustack.gpustack_dpkg_selections:
+    names: [nvidia-kernel-dkms, nvidia-smi, libcuda1]
+    selection: install
+"""
+
+RETURN = r"""
+items:
+  description: Each package whose selection differs (changed, or would change in check mode) -
+    item (the name), before (C(not present) for a package dpkg does not know) and after.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{item: nvidia-smi, before: install, after: hold}]
+"""
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_dpkg import (
     SelectionError,

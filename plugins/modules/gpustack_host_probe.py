@@ -68,6 +68,23 @@ options:
 author: gpustack
 """
 
+EXAMPLES = r"""
+- name: Preflight facts and what gpustack left on the host
+  gpustack.gpustack.gpustack_host_probe:
+    sections: [status]
+    runtimes:
+      k3s:
+        config: /var/lib/rancher/k3s/agent/etc/containerd/config.toml
+        service: [k3s, k3s-agent]
+      containerd: {config: /etc/containerd/config.toml, service: containerd}
+      docker: {config: /etc/docker/daemon.json, service: docker}
+    rke2_bin: /var/lib/rancher/rke2/bin
+
+- name: Show the GPUs found
+  ansible.builtin.debug:
+    msg: "{{ gpustack_preflight.gpus }}"
+"""
+
 RETURN = r"""
 ansible_facts:
   description: C(gpustack_preflight) (keys os, kernel, arch, gpus, nvswitch, secure_boot, systemd,

@@ -55,6 +55,18 @@ options:
 author: gpustack
 """
 
+EXAMPLES = r"""
+- name: Apply the all-1g.10gb layout of a mig-parted configuration
+  gpustack.gpustack.gpustack_mig:
+    config: all-1g.10gb
+    config_file: /etc/nvidia-mig-manager/config.yaml
+    layout:
+      - devices: all
+        mig-enabled: true
+        mig-devices: {1g.10gb: 7}
+    clients: [nvidia-persistenced, nvidia-dcgm]
+"""
+
 RETURN = r"""
 mig:
   description: The gpustack_mig document - config, applier, state, reason, changed,

@@ -30,6 +30,19 @@ options:
 author: gpustack
 """
 
+EXAMPLES = r"""
+- name: Read two files and run two read-only commands in one round trip
+  gpustack.gpustack.gpustack_reads:
+    files:
+      version: /proc/driver/nvidia/version
+      pin: /etc/apt/preferences.d/gpustack-nvidia-driver.pref
+    commands:
+      smi: [nvidia-smi, --query-gpu=name,uuid,memory.total, --format=csv,noheader,nounits]
+      holds: [apt-mark, showhold]
+    must_succeed: [holds]
+  register: reads
+"""
+
 RETURN = r"""
 files:
   description: Name to exists, content (base64, empty when missing), error.

@@ -27,6 +27,45 @@ options:
 author: gpustack
 """
 
+EXAMPLES = r"""
+- name: Restart containerd, wait until it answers, clear the restart-pending marker
+  gpustack.gpustack.gpustack_restart:
+    name: containerd
+    wait: [ctr, version]
+    timeout: 30
+    remove: [/var/lib/gpustack/containerd.restart-pending]
+
+- name: Restart Docker (its unit allows 3 starts a minute)
+  gpustack.gpustack.gpustack_restart:
+    name: docker
+    reset_failed: true
+    wait: [docker, info]
+"""
+
+RETURN = r"""
+name:
+  description: The unit.
+  returned: always
+  type: str
+restarted:
+  description: Whether it was restarted.
+  returned: success, not in check mode
+  type: bool
+would_restart:
+  description: Whether it would be restarted.
+  returned: check mode
+  type: bool
+removed:
+  description: The marker paths removed (that would be removed, in check mode).
+  returned: always
+  type: list
+  elements: str
+waited_s:
+  description: Seconds until C(wait) succeeded; null without C(wait).
+  returned: success, not in check mode
+  type: float
+"""
+
 import os
 import time
 

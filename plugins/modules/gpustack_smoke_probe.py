@@ -55,6 +55,14 @@ options:
 author: gpustack
 """
 
+EXAMPLES = r"""
+- name: Run NVIDIA's tools read-only and keep their raw output
+  gpustack.gpustack.gpustack_smoke_probe:
+    runtime_kind: containerd
+    image: localhost/cuda-sample:latest
+  register: smoke
+"""
+
 RETURN = r"""
 ansible_facts:
   description: C(gpustack_smoke) - hostname, tools, nvidia_smi, proc_driver_version, lspci,

@@ -38,6 +38,14 @@ options:
 author: gpustack
 """
 
+EXAMPLES = r"""
+- name: Write gpustack's state directory, then a record in it, in that order
+  gpustack.gpustack.gpustack_state_files:
+    items:
+      - {dest: /var/lib/gpustack, state: directory, mode: "0755"}
+      - {dest: /var/lib/gpustack/example.json, content: "{}\n", mode: "0600"}
+"""
+
 RETURN = r"""
 changes:
   description:
