@@ -9,6 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_apt_components
 short_description: Enable archive components (e.g. non-free) on the host's existing APT sources
+version_added: 0.1.0
 description:
   - Finds the APT sources (one-line C(.list) and deb822 C(.sources)) that serve one of I(suites)
     with the C(main) component and adds the missing I(components) to them, keeping every other

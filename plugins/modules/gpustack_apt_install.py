@@ -9,6 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_apt_install
 short_description: Bring packages to exact versions in one apt-get transaction
+version_added: 0.1.0
 description:
   - What C(ansible.builtin.apt) does with C(name=[pkg=version, ...]), C(state=present),
     C(allow_downgrade) and C(allow_change_held_packages) (and O(install_recommends)), with

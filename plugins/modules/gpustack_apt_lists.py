@@ -11,6 +11,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_apt_lists
 short_description: Refresh stale package lists, then ask apt-cache madison, in one call
+version_added: 0.1.0
 description:
   - Measures the lists' age as C(ansible.builtin.apt)'s O(cache_valid_time) does (the mtime of
     apt's update-success stamp where it exists, else of the lists directory) and runs

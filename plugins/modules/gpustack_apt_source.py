@@ -10,6 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_apt_source
 short_description: Write an APT source with its keyring and credentials, prove it, or roll it back
+version_added: 0.1.0
 description:
   - I(state=present) writes C(/etc/apt/sources.list.d/gpustack-<name>.sources) (0644), the keyring
     C(/usr/share/keyrings/gpustack-<name>.gpg) (0644) and, when I(auth_machine) is set, the

@@ -9,6 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_containerd_loaded
 short_description: Compare the runtime handlers containerd runs with those its files define
+version_added: 0.1.0
 description:
   - Asks the running containerd for the configuration its CRI plugin loaded, over its socket
     with the CRI API (C(RuntimeService/Status), verbose - what C(crictl info) prints; no crictl

@@ -9,6 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_containerd_read
 short_description: Read containerd's version, files and loaded configuration in one round trip
+version_added: 0.1.0
 description:
   - What the container_runtime role needs before it merges the nvidia runtime into containerd's
     configuration, in one module call (one task per read paid a round trip each) -

@@ -9,6 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_converged
 short_description: Record a host role's converged stamp
+version_added: 0.1.0
 description:
   - Run at the end of a successful, non-check run of a host role; writes C(<dir>/<role>.json) -
     the role's resolved inputs, the preflight facts, gpustack's content hash, the sha256 of every

@@ -9,6 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_dpkg_ready
 short_description: Wait for the dpkg/apt locks, then look for an interrupted dpkg run
+version_added: 0.1.0
 description:
   - Lists the holders of dpkg's and apt's locks (C(/var/lib/dpkg/lock*), C(/var/lib/apt/lists/lock),
     C(/var/cache/apt/archives/lock)) with C(lslocks), once a second, until none is held or

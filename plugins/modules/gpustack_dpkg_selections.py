@@ -9,6 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_dpkg_selections
 short_description: Set the dpkg selection of several packages at once (hold, install)
+version_added: 0.1.0
 description:
   - What C(ansible.builtin.dpkg_selections) does for one package, for a list, in one module call
     and one C(dpkg --set-selections) run (a loop pays a round trip per package).

@@ -10,6 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_host_probe
 short_description: Read a GPU host for gpustack in one round trip
+version_added: 0.1.0
 description:
   - Section preflight (always) - OS, kernel, NVIDIA PCI devices, NVSwitch, Secure Boot, nouveau,
     kernel headers, installed and loaded NVIDIA driver, container runtimes, cri-dockerd and the

@@ -9,6 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_mig
 short_description: Apply an nvidia-mig-parted MIG layout with nvidia-mig-parted or nvidia-smi
+version_added: 0.1.0
 description:
   - Reads every GPU (MIG mode current and pending, GPU and compute instances, profiles), plans
     the steps to the selected layout and, unless in check mode, carries them out - refusing

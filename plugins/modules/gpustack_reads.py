@@ -9,6 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_reads
 short_description: Read several files and run several read-only commands in one round trip
+version_added: 0.1.0
 description:
   - A role that needs a file from C(/proc), a C(dpkg-query) and an C(nvidia-smi) answer paid one
     round trip per C(slurp) or C(command) task; this module does them all in one call.

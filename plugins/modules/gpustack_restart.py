@@ -9,6 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_restart
 short_description: Restart a systemd service, wait until it answers, clear gpustack's markers
+version_added: 0.1.0
 description:
   - C(systemctl restart NAME) when C(restart) is true (after C(systemctl reset-failed NAME) when
     C(reset_failed) is true, as Docker's unit allows 3 starts a minute); then runs C(wait) until

@@ -9,6 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_state_files
 short_description: Write gpustack's own state files and directories in one call, in order
+version_added: 0.1.0
 description:
   - Goes through C(items) in the order given and stops at the first failure, so a run killed
     part-way leaves the earlier items done and the later ones not. container_runtime relies on

@@ -54,3 +54,22 @@ def test_every_role_is_documented():
         ansible_doc("--json", "-t", "role", *[f"gpustack.gpustack.{r}" for r in ROLES])
     )
     assert sorted(d.split(".")[-1] for d in docs) == ROLES
+
+
+def test_changelog_fragments_use_the_configured_sections():
+    """What `antsibull-changelog lint` checks first: every fragment is a mapping of configured
+    section names to entries (the release summary a string, other sections lists of strings)."""
+    config = yaml.safe_load((ROOT / "changelogs/config.yaml").read_text())
+    sections = {name for name, _ in config["sections"]}
+    sections |= {config["prelude_section_name"], config["trivial_section_name"]}
+    assert yaml.safe_load((ROOT / "changelogs/changelog.yaml").read_text())["ancestor"] is None
+    fragments = sorted((ROOT / "changelogs/fragments").glob("*.yml"))
+    assert fragments
+    for path in fragments:
+        doc = yaml.safe_load(path.read_text())
+        assert isinstance(doc, dict) and set(doc) <= sections, path.name
+        for section, entries in doc.items():
+            if section == config["prelude_section_name"]:
+                assert isinstance(entries, str) and entries.strip(), path.name
+            else:
+                assert entries and all(isinstance(e, str) and e.strip() for e in entries), path.name
