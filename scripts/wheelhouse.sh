@@ -122,7 +122,7 @@ fi
 cp "$ROOT/scripts/gpu-smoke.sh" "$DEST/gpu-smoke.sh"
 cat > "$DEST/README.txt" <<TXT
 gpustack wheelhouse: CPython $PYVER, platforms ${PLATFORMS[*]}, ${PIN[1]:+pinned by $(basename "${PIN[1]}")}${PIN[1]:-newest allowed versions}
-Built $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(cd "$ROOT" && git describe --always --dirty 2>/dev/null || echo "a source tree").
+Built $(date -u -d "@${SOURCE_DATE_EPOCH:-$(date +%s)}" +%Y-%m-%dT%H:%M:%SZ) from $(cd "$ROOT" && git describe --always --dirty 2>/dev/null || echo "a source tree").
 
 Smoke-test this machine (read-only, no network; a temporary venv, removed afterwards):
   ./gpu-smoke.sh                       # add --capture DIR, --report FILE, --image REF, -o json

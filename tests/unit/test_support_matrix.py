@@ -48,4 +48,3 @@ def test_role_platforms_are_where_the_role_ran_for_real():
                 row = ROWS[(platform["name"], str(version))]
                 assert any("run for real" in cell for cell in rows[row]), (meta, row)
                 assert platform["name"] != "EL", f"{meta}: EL paths are rendered, not run"
-
