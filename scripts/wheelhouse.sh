@@ -9,7 +9,7 @@
 # sdist for another interpreter or platform, so a dependency that publishes only an sdist makes
 # this script stop and name it. Then run the script on a machine like the target (same Python
 # version and architecture) with --build-sdists: it builds those sdists into wheels there
-# (`pip wheel`); such wheels need a glibc at least as new as the build machine's.
+# (`pip wheel`); such wheels need a glibc at least as new as the machine that built them.
 set -euo pipefail
 
 usage() {

@@ -98,7 +98,7 @@ def main():
                          would_restart=params["restart"], removed=present)  # fmt: skip
     if params["restart"] and not module.get_bin_path("systemctl"):
         # run_command would fail with "Error executing command." (a host whose init is not
-        # systemd, as the lent H100 VM of 2026-11-27)
+        # systemd, as the H100 VMs of docs/gpu-hosts.md)
         module.fail_json(msg="cannot restart %s: systemctl is not installed (the host does not run "
                              "systemd)" % name)  # fmt: skip
     if params["restart"]:
