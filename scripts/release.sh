@@ -119,7 +119,10 @@ PYTHON
 echo "Building the collection gpustack.gpustack $VERSION"
 BIN=${BIN:-$ROOT/.venv/bin}
 [ -x "$BIN/ansible-galaxy" ] || fail "no ansible-galaxy in $BIN" "run ./scripts/setup.sh first (or set BIN)"
-"$BIN/ansible-galaxy" collection build --output-path "$WORK/collection" . >/dev/null
+# From the tracked files only: nothing local (lab state, caches, builds) can slip in.
+mkdir -p "$WORK/src"
+git ls-files -z | tar --null -T - -cf - | tar -xf - -C "$WORK/src"
+"$BIN/ansible-galaxy" collection build --output-path "$WORK/collection" "$WORK/src" >/dev/null
 repack "$WORK/collection/gpustack-gpustack-$VERSION.tar.gz" "$DEST/gpustack-gpustack-$VERSION.tar.gz"
 
 if [ "$WHEELHOUSE" -eq 1 ]; then
