@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 from typer.core import TyperCommand
 
-from gpustack import __version__, commands
+from gpustack import __version__, commands, paths
 from gpustack.ansible.inventory import inventory_source
 from gpustack.errors import ExitCode, GpustackError, note_sigterm
 from gpustack.terminal import output
@@ -32,13 +32,13 @@ _RANGE = {
 class HelpInWords(TyperCommand):
     """A command whose --help names values in words: options carry a metavar (FILE, N, SECONDS);
     Typer still labels arguments with their Python type (`INVENTORY <str>`) and ranges as
-    `x>=1`, which this drops and rewords."""
+    `x>=1`, which this drops and rewords. Docs it names are the installed files' paths."""
 
     def get_help(self, ctx) -> str:
         text = _TYPE_LABEL.sub("", super().get_help(ctx))
         for pattern, words in _RANGE.items():
             text = pattern.sub(words, text)
-        return text
+        return paths.resolve_doc_references(text)  # the installed docs, from a wheel
 
 
 app = typer.Typer(

@@ -32,3 +32,13 @@ def test_installed_wheel_names_the_shipped_file(tmp_path, monkeypatch, capsys):
     )
     output.print_error(BadInput("bad value", "see docs/variables.md"))
     assert f"Hint: see {tmp_path}/docs/variables.md" in capsys.readouterr().err
+
+
+def test_help_names_the_installed_docs(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from gpustack.cli import app
+
+    monkeypatch.setattr(paths, "content_root", lambda: tmp_path)
+    text = CliRunner().invoke(app, ["upgrade", "--help"]).output
+    assert f"({tmp_path}/docs/upgrade.md)" in text.replace("\n  ", " ").replace("  ", " ")
