@@ -125,7 +125,8 @@ def test_a_preinstalled_driver_stops_install_or_is_kept(lab):
         assert ssh(lab, host, SNAPSHOT + STATE_DIR).stdout == before  # no source, package, pin
         status = json.loads(run_cli("status", str(lab), "--limit", host, "-o", "json",
                                     "-e", "nvidia_driver_preinstalled=keep").stdout)  # fmt: skip
-        assert not [d for d in status["drift"][host] if d.startswith("driver")]
+        # no GPU here and none required: what is not installed is a note, the kept driver no drift
+        assert not [d for d in status["drift"].get(host, []) if d.startswith("driver")]
     finally:
         ssh(lab, host, "umount /proc/driver")
 
