@@ -36,7 +36,8 @@ for v in 3.11 3.12 3.13; do
         GPUSTACK_STATE_DIR="$OUT/state" "$gs" doctor --local >"$OUT/doctor.log" 2>&1 \
             || { cat "$OUT/doctor.log"; exit 1; }
         # every doc the code names is in the installed package, and hints print its path
-        "$OUT/venv$v/bin/python" - "$ROOT" <<'PYTHON'
+        # -I, from $OUT: the installed package, not this checkout's gpustack/
+        (cd "$OUT" && "$OUT/venv$v/bin/python" -I - "$ROOT") <<'PYTHON'
 import re, sys
 from pathlib import Path
 from gpustack import paths
