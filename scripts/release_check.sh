@@ -14,9 +14,12 @@ ARCH=$(uname -m)
 ( cd "$OUT/rel" && sha256sum -c --quiet SHA256SUMS )
 echo "built: $(cd "$OUT/rel" && ls | tr '\n' ' ')"
 
-interpreter() {  # python3.X on PATH, else pyenv's
-    command -v "python$1" 2>/dev/null && return
-    ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$1"*/bin/"python$1" 2>/dev/null | tail -n1
+interpreter() {  # a python3.X that runs: on PATH, else pyenv's (whose shims may not run it)
+    local candidate
+    for candidate in $(command -v "python$1" 2>/dev/null) \
+            $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/"$1"*/bin/"python$1" 2>/dev/null); do
+        if "$candidate" -c 'import venv' >/dev/null 2>&1; then echo "$candidate"; return; fi
+    done
 }
 
 for v in 3.11 3.12 3.13; do
