@@ -62,10 +62,13 @@ done
 echo "doctor --local from the installed wheel: ok"
 
 # The collection from its tarball, offline, and ansible-doc on an installed module.
-.venv/bin/ansible-galaxy collection install --offline -p "$OUT/collections" \
-    "$OUT/rel/gpustack-gpustack-$VERSION.tar.gz" >/dev/null
+# From $OUT, away from the checkout's ansible.cfg (whose collections path holds the checkout
+# itself, which ansible-galaxy would take for the collection already installed).
+(cd "$OUT" && "$ROOT/.venv/bin/ansible-galaxy" collection install --offline --force \
+    -p "$OUT/collections" "$OUT/rel/gpustack-gpustack-$VERSION.tar.gz" >/dev/null 2>&1)
 test -f "$OUT/collections/ansible_collections/gpustack/gpustack/LICENSE"
-ANSIBLE_COLLECTIONS_PATH="$OUT/collections" .venv/bin/ansible-doc gpustack.gpustack.gpustack_host_probe >/dev/null
+(cd "$OUT" && ANSIBLE_COLLECTIONS_PATH="$OUT/collections" \
+    "$ROOT/.venv/bin/ansible-doc" gpustack.gpustack.gpustack_host_probe >/dev/null)
 echo "collection: installed offline from its tarball"
 
 # Reproducible: wheel, sdist and collection built again from the same tree, same bytes.
