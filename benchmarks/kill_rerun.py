@@ -375,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--fresh-lists",
         action="store_true",
-        help="after a reset, refresh the package lists (a fresh node's lists: issue 16 item 1)",
+        help="after a reset, refresh the package lists (as a fresh node's lists are)",
     )
     parser.add_argument("--report", type=Path)
     args = parser.parse_args(argv)

@@ -1,7 +1,7 @@
 """Shared pieces of the lab benchmarks: run a command and time it, SSH to a lab node, lab up/down.
 
-The figures these benchmarks print are ratios against a baseline measured in the same run (the
-build machines are shared; absolute seconds are noisy).
+The figures these benchmarks print are ratios against a baseline measured in the same run (a
+shared machine makes absolute seconds noisy).
 
 Importing this module gives the benchmark's labs an apt archive cache of their own
 (GPUSTACK_LAB_CACHE, unless set: ~/.cache/$GPUSTACK_BENCH_CACHE_NAME, default gpustack-bench,
@@ -105,7 +105,7 @@ def containers(lab: str, count: int) -> list[str]:
 
 
 def machine() -> str:
-    """The build machine, as the benchmarks print it: name, CPUs, memory, load average now."""
+    """This machine, as the benchmarks print it: name, CPUs, memory, load average now."""
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return (f"{platform.node()} {os.cpu_count()} CPUs, {memory:.0f} GiB, "
             f"load average {os.getloadavg()[0]:.1f}")  # fmt: skip

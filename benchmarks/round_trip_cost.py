@@ -1,7 +1,7 @@
 """Benchmark: what one task costs on 2 lab nodes, by kind, with gpustack's Ansible settings.
 
-Issue 18's first-install target (<= 1.3 x the apt floor) leaves 30 % of the floor for everything
-outside apt (13.4 s on the build machine on 2026-11-29). This prints what the shape of the run
+The first-install target (<= 1.3 x the apt floor, docs/performance.md) leaves 30 % of the floor
+for everything outside apt. This prints what the shape of the run
 costs before any work is done: playbooks of 10 tasks each, on 2 fresh lab nodes at once, through
 ansible-runner with the environment `gpustack install` uses (pipelining, SSH ControlPersist,
 explicit gathering):

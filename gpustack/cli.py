@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import signal
 import sys
 from typing import Annotated
 
 import typer
+from typer.core import TyperCommand
 
-from gpustack import __version__, commands
+from gpustack import __version__, commands, paths
 from gpustack.ansible.inventory import inventory_source
 from gpustack.ansible.vault import VaultOptions
 from gpustack.errors import ExitCode, GpustackError, note_sigterm
@@ -22,6 +24,26 @@ except ImportError:  # pragma: no cover - depends on the installed typer
     from click import exceptions as click_exceptions
 
 HELP = {"help_option_names": ["-h", "--help"]}  # -h as ansible-playbook takes it
+
+_TYPE_LABEL = re.compile(r" <(?:str|int|float|bool|list\[\w+\]|\w+ range)>")
+_RANGE = {
+    re.compile(r"\bx>=([\d.]+)"): r"\1 or more",
+    re.compile(r"\b([\d.]+)<=x<=([\d.]+)"): r"\1 to \2",
+}
+
+
+class HelpInWords(TyperCommand):
+    """A command whose --help names values in words: options carry a metavar (FILE, N, SECONDS);
+    Typer still labels arguments with their Python type (`INVENTORY <str>`) and ranges as
+    `x>=1`, which this drops and rewords. Docs it names are the installed files' paths."""
+
+    def get_help(self, ctx) -> str:
+        text = _TYPE_LABEL.sub("", super().get_help(ctx))
+        for pattern, words in _RANGE.items():
+            text = pattern.sub(words, text)
+        return paths.resolve_doc_references(text)  # the installed docs, from a wheel
+
+
 app = typer.Typer(
     help="Bring NVIDIA GPU nodes up and keep them current (driver, toolkit, runtime, k8s).",
     no_args_is_help=True,
@@ -41,19 +63,26 @@ MAX_SECONDS = 7 * 24 * 3600  # timeouts and pauses: a week at most (also refuses
 MAX_NODES = 100_000  # node counts
 
 Inventory = Annotated[
-    str, typer.Argument(help="Ansible inventory (INI or YAML).", show_default=False)
+    str,
+    typer.Argument(
+        help="Ansible inventory (INI or YAML).", show_default=False, metavar="INVENTORY"
+    ),
 ]
 LocalOrInventory = Annotated[
     str | None,
     typer.Argument(
-        help="Ansible inventory (INI or YAML); leave out with --local.", show_default=False
+        help="Ansible inventory (INI or YAML); leave out with --local.",
+        show_default=False,
+        metavar="INVENTORY",
     ),
 ]
 Local = Annotated[
     bool,
     typer.Option("--local", help="This machine, no SSH (localhost ansible_connection=local)."),
 ]
-Limit = Annotated[str | None, typer.Option("--limit", "-l", help="Ansible host pattern.")]
+Limit = Annotated[
+    str | None, typer.Option("--limit", "-l", help="Ansible host pattern.", metavar="PATTERN")
+]
 ExtraVars = Annotated[
     list[str] | None,
     typer.Option(
@@ -61,6 +90,7 @@ ExtraVars = Annotated[
         "-e",
         help="As ansible-playbook: KEY=VALUE [KEY=VALUE...], @file.yml or a YAML/JSON mapping; "
         "repeatable.",
+        metavar="VARS",
     ),
 ]
 VaultPasswordFile = Annotated[
@@ -80,13 +110,21 @@ VaultId = Annotated[
 AskVaultPass = Annotated[
     bool, typer.Option("--ask-vault-pass", "-J", help="Ask for the vault password.")
 ]
-Tags = Annotated[str, typer.Option("--tags", "-t", help="Only tasks with these tags.")]
-SkipTags = Annotated[str, typer.Option("--skip-tags", help="Skip tasks with these tags.")]
+Tags = Annotated[
+    str, typer.Option("--tags", "-t", help="Only tasks with these tags.", metavar="TAGS")
+]
+SkipTags = Annotated[
+    str, typer.Option("--skip-tags", help="Skip tasks with these tags.", metavar="TAGS")
+]
 Kubeconfig = Annotated[
     str | None,
-    typer.Option("--kubeconfig", help="Kubeconfig for the Kubernetes side (default: $KUBECONFIG)."),
+    typer.Option(
+        "--kubeconfig",
+        help="Kubeconfig for the Kubernetes side (default: $KUBECONFIG).",
+        metavar="FILE",
+    ),
 ]
-Output = Annotated[str, typer.Option("--output", "-o", help="text or json.")]
+Output = Annotated[str, typer.Option("--output", "-o", help="text or json.", metavar="FORMAT")]
 Report = Annotated[
     str | None, typer.Option("--report", help="Write a JSON report to FILE.", metavar="FILE")
 ]
@@ -98,6 +136,7 @@ Forks = Annotated[
         "-f",
         min=1,
         max=1000,
+        metavar="N",
         help="Hosts a playbook works on at once (ansible-playbook -f); default: all, up to 50.",
     ),
 ]
@@ -110,7 +149,11 @@ Force = Annotated[bool, typer.Option("--force", help="Also evict GPU pods no con
 PodDeletionTimeout = Annotated[
     float,
     typer.Option(
-        "--pod-deletion-timeout", min=1, max=MAX_SECONDS, help="Seconds to evict GPU pods."
+        "--pod-deletion-timeout",
+        min=1,
+        max=MAX_SECONDS,
+        metavar="SECONDS",
+        help="Seconds to evict GPU pods.",
     ),
 ]
 Wait = Annotated[
@@ -162,7 +205,7 @@ def host_command(fn):
 
     del command.__wrapped__  # typer must see the signature below, not fn's
     command.__signature__ = sig.replace(parameters=own + shared)
-    return app.command(fn.__name__)(command)
+    return app.command(fn.__name__, cls=HelpInWords)(command)
 
 
 def _opts(inventory, local=False, tags="", skip_tags="", kubeconfig=None, wait=False, common=None,
@@ -249,7 +292,9 @@ def smoke(
     local: Local = False,
     image: Annotated[
         str | None,
-        typer.Option("--image", help="Local image for the container check (none: skip it)."),
+        typer.Option(
+            "--image", metavar="IMAGE", help="Local image for the container check (none: skip it)."
+        ),
     ] = None,
     capture: Annotated[
         str | None,
@@ -265,16 +310,28 @@ def smoke(
 def upgrade(
     inventory: Inventory,
     driver_version: Annotated[
-        str, typer.Option("--driver-version", help="Exact driver package version to roll out.")
+        str,
+        typer.Option(
+            "--driver-version", metavar="VERSION", help="Exact driver package version to roll out."
+        ),
     ] = "",
     driver_branch: Annotated[
-        str, typer.Option("--driver-branch", help="Or: the newest version of this branch.")
+        str,
+        typer.Option(
+            "--driver-branch", metavar="BRANCH", help="Or: the newest version of this branch."
+        ),
     ] = "",
     max_unavailable: Annotated[
-        str, typer.Option("--max-unavailable", help="Nodes out of service at once: N or P%.")
+        str,
+        typer.Option(
+            "--max-unavailable", metavar="N|P%", help="Nodes out of service at once: N or P%."
+        ),
     ] = "25%",
     max_parallel: Annotated[
-        int, typer.Option("--max-parallel", min=1, max=MAX_NODES, help="Nodes upgraded at once.")
+        int,
+        typer.Option(
+            "--max-parallel", min=1, max=MAX_NODES, metavar="N", help="Nodes upgraded at once."
+        ),
     ] = 1,
     canary: Annotated[
         int, typer.Option("--canary", min=0, max=MAX_NODES, help="First batch size; then pause.")
@@ -282,7 +339,11 @@ def upgrade(
     canary_pause: Annotated[
         float,
         typer.Option(
-            "--canary-pause", min=0, max=MAX_SECONDS, help="Seconds to wait after the canary."
+            "--canary-pause",
+            min=0,
+            max=MAX_SECONDS,
+            metavar="SECONDS",
+            help="Seconds to wait after the canary.",
         ),
     ] = 0,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Continue without asking.")] = False,
@@ -290,30 +351,53 @@ def upgrade(
         bool, typer.Option("--drain/--no-drain", help="Drain all pods (default: GPU pods only).")
     ] = False,
     pod_selector: Annotated[
-        str, typer.Option("--wait-for-jobs", help="Wait for pods matching this label selector.")
+        str,
+        typer.Option(
+            "--wait-for-jobs",
+            metavar="SELECTOR",
+            help="Wait for pods matching this label selector.",
+        ),
     ] = "",
     wait_for_jobs_timeout: Annotated[
         float,
         typer.Option(
-            "--wait-for-jobs-timeout", min=0, max=MAX_SECONDS, help="Seconds; 0: no limit."
+            "--wait-for-jobs-timeout",
+            min=0,
+            max=MAX_SECONDS,
+            metavar="SECONDS",
+            help="Seconds; 0: no limit.",
         ),
     ] = 0,
     pod_deletion_timeout: PodDeletionTimeout = 300,
     force: Force = False,
     drain_timeout: Annotated[
         float,
-        typer.Option("--drain-timeout", min=1, max=MAX_SECONDS, help="Seconds to drain a node."),
+        typer.Option(
+            "--drain-timeout",
+            min=1,
+            max=MAX_SECONDS,
+            metavar="SECONDS",
+            help="Seconds to drain a node.",
+        ),
     ] = 300,
     validation_timeout: Annotated[
         float,
         typer.Option(
-            "--validation-timeout", min=1, max=MAX_SECONDS, help="Seconds to validate a node."
+            "--validation-timeout",
+            min=1,
+            max=MAX_SECONDS,
+            metavar="SECONDS",
+            help="Seconds to validate a node.",
         ),
     ] = 600,
     max_failures: Annotated[
         int,
         typer.Option(
-            "--max-failures", min=0, max=MAX_NODES, help="Failed nodes tolerated before stopping."
+            "--max-failures",
+            min=0,
+            max=MAX_NODES,
+            metavar="N",
+            help="Failed nodes tolerated before stopping.",
         ),
     ] = 0,
     resume: Annotated[
@@ -353,7 +437,11 @@ def mig(
     validation_timeout: Annotated[
         float,
         typer.Option(
-            "--validation-timeout", min=1, max=MAX_SECONDS, help="Seconds for the new resources."
+            "--validation-timeout",
+            min=1,
+            max=MAX_SECONDS,
+            metavar="SECONDS",
+            help="Seconds for the new resources.",
         ),
     ] = 600,
     kubeconfig: Kubeconfig = None,
@@ -377,6 +465,7 @@ def uninstall(
         str,
         typer.Option(
             "--components",
+            metavar="LIST",
             help="Comma-separated: driver, toolkit, runtime, mig, k8s (driver includes mig).",
         ),
     ] = "driver",
@@ -393,7 +482,7 @@ def uninstall(
     _exit(commands.uninstall(_opts(**locals()), components, yes, check))
 
 
-@app.command()
+@app.command(cls=HelpInWords)
 def manifests(
     inventory: Inventory,
     output_dir: Annotated[
@@ -401,6 +490,7 @@ def manifests(
         typer.Option(
             "--output-dir",
             "-d",
+            metavar="DIR",
             help="Directory for the YAML files (new, empty, or earlier gpustack manifests).",
             show_default=False,
         ),
@@ -420,20 +510,24 @@ def manifests(
     _exit(commands.manifests(inventory, output_dir, servicemonitor, limit, extra_vars or [], vault))
 
 
-@lab_app.command("up")
+@lab_app.command("up", cls=HelpInWords)
 def lab_up(
-    name: Annotated[str, typer.Option("--name", help="Lab name.")] = "lab",
+    name: Annotated[str, typer.Option("--name", metavar="NAME", help="Lab name.")] = "lab",
     nodes: Annotated[
-        int | None, typer.Option("--nodes", min=1, max=16, help="2 podman nodes; 1 chroot node.")
+        int | None,
+        typer.Option("--nodes", min=1, max=16, metavar="N", help="2 podman nodes; 1 chroot node."),
     ] = None,
     os_: Annotated[
         str,
         typer.Option(
-            "--os", help="debian12, debian13, forky; comma-separated to mix (assigned in turn)."
+            "--os",
+            metavar="OS",
+            help="debian12, debian13, forky; comma-separated to mix (assigned in turn).",
         ),
     ] = "debian12",
     inventory: Annotated[
-        str | None, typer.Option("--inventory", help="Where to write the inventory.")
+        str | None,
+        typer.Option("--inventory", metavar="FILE", help="Where to write the inventory."),
     ] = None,
     kubernetes: Annotated[
         bool,
@@ -496,9 +590,9 @@ def lab_components(
         output.stdout.print(f"{row['component']} v{row['version']} ({row['go']}): {where}{figures}")
 
 
-@lab_app.command("down")
+@lab_app.command("down", cls=HelpInWords)
 def lab_down(
-    name: Annotated[str, typer.Option("--name", help="Lab name.")] = "lab",
+    name: Annotated[str, typer.Option("--name", metavar="NAME", help="Lab name.")] = "lab",
     images: Annotated[
         bool, typer.Option("--images", help="Also remove the cached node images.")
     ] = False,
@@ -510,7 +604,7 @@ def lab_down(
     output.stdout.print(f"Lab {name} removed.")
 
 
-@lab_app.command("rootfs")
+@lab_app.command("rootfs", cls=HelpInWords)
 def lab_rootfs(
     directory: Annotated[
         str, typer.Argument(help="Where the root filesystem goes (built there once).")
@@ -527,7 +621,7 @@ def lab_rootfs(
         output.stdout.print(line)
 
 
-@lab_app.command("list")
+@lab_app.command("list", cls=HelpInWords)
 def lab_list() -> None:
     """List labs and their nodes."""
     from gpustack.lab import nodes as lab

@@ -153,16 +153,27 @@ def _runtime_classes(inventory, extravars: dict) -> dict[str, str]:
     return {h: str((found.get(h) or {}).get(key, "nvidia") or "") for h in inventory.hosts}
 
 
+def _require_gpu(inventory, extravars: dict) -> dict[str, bool]:
+    """gpustack_require_gpu per host as the roles (and status) see it: -e, else the inventory."""
+    key = "gpustack_require_gpu"
+    if key in extravars:
+        return dict.fromkeys(inventory.hosts, is_true(extravars[key]))
+    from gpustack.ansible.inventory import resolved_vars
+
+    found = resolved_vars(inventory, lambda name: name == key)
+    return {h: is_true((found.get(h) or {}).get(key, False)) for h in inventory.hosts}
+
+
 def doctor_cmd(opts: HostOptions) -> int:
     result, inventory, extravars, _ = _run(opts, "preflight.yml", "gpustack doctor")
-    require_gpu = is_true(extravars.get("gpustack_require_gpu", False))
+    require_gpu = _require_gpu(inventory, extravars)
     runtime_classes = _runtime_classes(inventory, extravars)
     problems = [
         p
         for name, host in result.hosts.items()
         if not host.unreachable
         for p in doctor.find_problems(
-            name, host.facts, require_gpu, runtime_classes.get(name, "nvidia")
+            name, host.facts, require_gpu.get(name, False), runtime_classes.get(name, "nvidia")
         )
     ]
     problems = doctor.run_problems(result.hosts) + problems

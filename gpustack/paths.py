@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,23 @@ def content_root() -> Path:
     if (bundled / "playbooks").is_dir():
         return bundled
     return _PACKAGE_DIR.parent
+
+
+def docs_dir() -> Path:
+    """The user documentation (docs/*.md): shipped in the wheel, or the checkout's."""
+    return content_root() / "docs"
+
+
+_DOC_REFERENCE = re.compile(r"(?<![\w/.-])docs/([\w.-]+\.md)\b")
+
+
+def resolve_doc_references(text: str) -> str:
+    """`docs/<name>.md` in a hint or help text, as a path a user can open where gpustack is
+    installed from a wheel (its docs live in the package); unchanged in a checkout, where
+    docs/ is the repository's."""
+    if content_root() == _PACKAGE_DIR.parent:
+        return text
+    return _DOC_REFERENCE.sub(lambda m: str(docs_dir() / m.group(1)), text)
 
 
 def playbook(name: str) -> Path:

@@ -2,7 +2,7 @@
 # Read-only smoke test of THIS machine's NVIDIA stack: `gpustack smoke --local` (docs/gpu-hosts.md).
 # Finds gpustack (--venv, $GPUSTACK_VENV, `gpustack` on PATH, a checkout's .venv) or installs it
 # from a wheelhouse (--wheelhouse DIR, or the directory this script sits in when it holds
-# gpustack-*.whl) into a temporary venv, offline, removed afterwards. Every other argument goes to
+# gpu_node_stack-*.whl) into a temporary venv, offline, removed afterwards. Every other argument goes to
 # `gpustack smoke` (--capture DIR, --report FILE, --image REF, -o json, -e VAR=VALUE, -v).
 #
 # Changes nothing on the host: no package, no setting, no service. It writes only the temporary
@@ -40,12 +40,12 @@ elif [ -z "$WHEELHOUSE" ] && command -v gpustack >/dev/null 2>&1; then
 elif [ -z "$WHEELHOUSE" ] && [ -x "$HERE/../.venv/bin/gpustack" ]; then
     GPUSTACK="$HERE/../.venv/bin/gpustack"
 else
-    if [ -z "$WHEELHOUSE" ] && ls "$HERE"/gpustack-*.whl >/dev/null 2>&1; then WHEELHOUSE=$HERE; fi
+    if [ -z "$WHEELHOUSE" ] && ls "$HERE"/gpu_node_stack-*.whl >/dev/null 2>&1; then WHEELHOUSE=$HERE; fi
     [ -n "$WHEELHOUSE" ] || fail "gpustack is not installed here" \
         "build a wheelhouse on a connected machine (scripts/wheelhouse.sh), copy it here and run its gpu-smoke.sh"
     [ -d "$WHEELHOUSE" ] || fail "wheelhouse $WHEELHOUSE is not a directory" "pass the directory scripts/wheelhouse.sh wrote"
     PIPWHEEL=$(ls "$WHEELHOUSE"/pip-*.whl 2>/dev/null | head -n1 || true)
-    ls "$WHEELHOUSE"/gpustack-*.whl >/dev/null 2>&1 && [ -n "$PIPWHEEL" ] \
+    ls "$WHEELHOUSE"/gpu_node_stack-*.whl >/dev/null 2>&1 && [ -n "$PIPWHEEL" ] \
         || fail "$WHEELHOUSE has no gpustack or pip wheel" "rebuild it with scripts/wheelhouse.sh"
     PY=${PYTHON:-python3}
     command -v "$PY" >/dev/null || fail "$PY not found" "gpustack needs Python >= 3.11 (set PYTHON)"
@@ -61,7 +61,7 @@ else
     "$PY" -m venv --without-pip "$VENV" >/dev/null \
         || fail "cannot create a venv in $VENV" "install the python3 venv module, or pass --venv DIR"
     PIP_CONFIG_FILE=/dev/null "$VENV/bin/python" "$PIPWHEEL/pip" --isolated install --quiet \
-        --disable-pip-version-check --no-index --find-links "$WHEELHOUSE" gpustack >&2 \
+        --disable-pip-version-check --no-index --find-links "$WHEELHOUSE" gpu-node-stack >&2 \
         || fail "installing from $WHEELHOUSE failed" "the wheelhouse must match this Python ($("$PY" -V 2>&1)) and architecture ($(uname -m))"
     GPUSTACK="$VENV/bin/gpustack"
 fi

@@ -29,6 +29,8 @@ pytest -q -m kube -n 2 tests/kube
 echo "== unit tests on the newest end of the ansible-core range"
 ./scripts/controller-trixie.sh setup
 ./scripts/controller-trixie.sh run python -m pytest -q -n auto -p no:cacheprovider tests/unit
+echo "== release artifacts (docs/release.md): built, installed offline, reproducible"
+./scripts/release_check.sh
 echo "== upgrade makespan benchmark (simulated fleets of 200 and 1,000 nodes; exits non-zero if its targets are missed)"
 python benchmarks/upgrade_makespan.py
 echo "== lab tests (podman systemd nodes)"

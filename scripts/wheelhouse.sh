@@ -2,14 +2,14 @@
 # Build a wheelhouse: gpustack and every runtime dependency as wheels, for one Python version and
 # platform, so a host without network installs gpustack with
 #   python3 -m venv --without-pip /opt/gpustack
-#   /opt/gpustack/bin/python WHEELHOUSE/pip-*.whl/pip install --no-index --find-links WHEELHOUSE gpustack
+#   /opt/gpustack/bin/python WHEELHOUSE/pip-*.whl/pip install --no-index --find-links WHEELHOUSE gpu-node-stack
 # (or ./gpu-smoke.sh inside the wheelhouse, which does that in a temporary venv). docs/gpu-hosts.md.
 #
 # Wheels only: `pip download --only-binary=:all: --python-version --platform`. pip cannot build an
 # sdist for another interpreter or platform, so a dependency that publishes only an sdist makes
 # this script stop and name it. Then run the script on a machine like the target (same Python
 # version and architecture) with --build-sdists: it builds those sdists into wheels there
-# (`pip wheel`); such wheels need a glibc at least as new as the build machine's.
+# (`pip wheel`); such wheels need a glibc at least as new as the machine that built them.
 set -euo pipefail
 
 usage() {
@@ -96,7 +96,7 @@ for p in "${PLATFORMS[@]}"; do TARGET+=(--platform "$p"); done
 
 echo "Building the gpustack wheel from $ROOT"
 "$PY" -m pip wheel --quiet --no-deps --wheel-dir "$DEST" "$ROOT"
-WHEEL=$(ls "$DEST"/gpustack-*.whl)
+WHEEL=$(ls "$DEST"/gpu_node_stack-*.whl)
 
 echo "Downloading wheels for CPython $PYVER on ${PLATFORMS[0]} … ${PLATFORMS[-1]}"
 log=$(mktemp)
@@ -122,13 +122,13 @@ fi
 cp "$ROOT/scripts/gpu-smoke.sh" "$DEST/gpu-smoke.sh"
 cat > "$DEST/README.txt" <<TXT
 gpustack wheelhouse: CPython $PYVER, platforms ${PLATFORMS[*]}, ${PIN[1]:+pinned by $(basename "${PIN[1]}")}${PIN[1]:-newest allowed versions}
-Built $(date -u +%Y-%m-%dT%H:%M:%SZ) from $(cd "$ROOT" && git describe --always --dirty 2>/dev/null || echo "a source tree").
+Built $(date -u -d "@${SOURCE_DATE_EPOCH:-$(date +%s)}" +%Y-%m-%dT%H:%M:%SZ) from $(cd "$ROOT" && git describe --always --dirty 2>/dev/null || echo "a source tree").
 
 Smoke-test this machine (read-only, no network; a temporary venv, removed afterwards):
   ./gpu-smoke.sh                       # add --capture DIR, --report FILE, --image REF, -o json
 Install gpustack for good (no network):
   python3 -m venv --without-pip /opt/gpustack
-  /opt/gpustack/bin/python $(ls "$DEST" | grep '^pip-.*\.whl$')/pip install --no-index --find-links . gpustack
+  /opt/gpustack/bin/python $(ls "$DEST" | grep '^pip-.*\.whl$')/pip install --no-index --find-links . gpu-node-stack
   /opt/gpustack/bin/gpustack doctor --local
 TXT
 ( cd "$DEST" && sha256sum ./*.whl gpu-smoke.sh requirements.txt | sed 's| \./| |' > SHA256SUMS )
@@ -141,7 +141,7 @@ if [ "$CHECK" -eq 1 ]; then
     trap 'rm -f "$log"; rm -rf "$scratch"' EXIT
     if ! PIP_CONFIG_FILE=/dev/null "$PY" -m pip --isolated download --quiet --dest "$scratch" \
             --no-index --find-links "$DEST" --only-binary=:all: "${TARGET[@]}" \
-            gpustack >"$log" 2>&1; then
+            gpu-node-stack >"$log" 2>&1; then
         cat "$log" >&2
         fail "the wheelhouse does not resolve gpustack offline" "see pip's message above" 1
     fi

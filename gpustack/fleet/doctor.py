@@ -18,6 +18,12 @@ class Problem:
     hint: str
 
 
+def gpu_absence_expected(pf: dict[str, Any], require_gpu: bool) -> bool:
+    """No NVIDIA device on the host and none required: doctor calls it expected (lab or CPU
+    nodes), and status lists what is not installed there as notes, not drift."""
+    return not int((pf.get("gpus") or {}).get("count") or 0) and not require_gpu
+
+
 def preflight(facts: dict[str, Any]) -> dict[str, Any]:
     return facts.get("gpustack_preflight") or {}
 

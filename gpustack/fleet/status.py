@@ -79,6 +79,9 @@ class NodeStatus:
     kubernetes: dict[str, Any] | None = None
     upgrade_state: str | None = None
     drift: list[str] = field(default_factory=list)
+    # What is not installed on a host without a GPU where none is required (doctor: expected):
+    # install would add it, but nothing there needs it, so it is not drift.
+    notes: list[str] = field(default_factory=list)
     error: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -108,6 +111,10 @@ def node_status(
     row.gpus = doctor.gpu_summary(pf)
     row.gpu_count = int((pf.get("gpus") or {}).get("count") or 0)
     drift = row.drift
+    # Components absent from the host: drift, except on a host without a GPU where none is
+    # required (gpustack_require_gpu false), which doctor calls expected.
+    absent: list[str] = []
+    cpu_only = doctor.gpu_absence_expected(pf, is_true(inputs.get("gpustack_require_gpu")))
 
     # Driver
     installed_pkg = ((pf.get("driver") or {}).get("installed") or {}).get("package")
@@ -134,7 +141,8 @@ def node_status(
                 "nvidia_driver_preinstalled=keep leaves it alone"
             )
     elif not installed:
-        drift.append(f"driver not installed (desired {want.describe()})")
+        absent.append(f"driver not installed (desired {want.describe()})")
+        drift.append(absent[-1])
     else:
         if want.version and not same_version(installed, want.version):
             drift.append(f"driver installed {installed}, desired {want.version}")
@@ -181,7 +189,8 @@ def node_status(
         "held": "nvidia-container-toolkit" in (st_tk.get("held") or []),
     }
     if not tk_installed:
-        drift.append("toolkit not installed")
+        absent.append("toolkit not installed")
+        drift.append(absent[-1])
     else:
         if tk_version and not same_version(tk_installed, tk_version):
             drift.append(f"toolkit installed {tk_installed}, desired {tk_version}")
@@ -197,7 +206,10 @@ def node_status(
     row.runtime = {"kind": kind, "wired": rt.get("wired"), "detail": rt.get("detail", "")}
     if kind and kind != "none":
         if not rt.get("wired"):
-            drift.append(f"{kind}: runtime {name!r} not in the effective configuration")
+            unwired = f"{kind}: runtime {name!r} not in the effective configuration"
+            drift.append(unwired)
+            if not tk_installed:
+                absent.append(unwired)
         if tk_installed and not rt.get("binary_present"):
             binary = inputs.get("container_runtime_nvidia_binary") or ""
             drift.append(f"runtime binary {binary} missing")
@@ -228,6 +240,13 @@ def node_status(
     row.mig = mig_status(facts.get("gpustack_mig"))
     if row.mig and row.mig["drift"]:
         drift.append(f"MIG layout {row.mig['config']}: {row.mig['drift']}")
+
+    if cpu_only and absent:
+        row.notes.append(
+            "no NVIDIA GPU and gpustack_require_gpu is false (expected on lab or CPU nodes): "
+            + "; ".join(absent)
+        )
+        drift[:] = [d for d in drift if d not in absent]
 
     # Kubernetes side (only with a kubeconfig)
     if k8s_expected:

@@ -24,7 +24,7 @@ from gpustack.lab.podman import LABEL, oci_runtime, preconditions, run
 
 BOOTS = ("podman", "chroot")
 NO_GPU_VARS = [
-    "# Lab nodes have no GPU and share the build machine's kernel (no headers for it).",
+    "# Lab nodes have no GPU and share the host machine's kernel (no headers for it).",
     "gpustack_require_gpu=false",
 ]
 GPU_VARS = [
@@ -177,9 +177,9 @@ def _reuse_node(node: Node, image: str, kubernetes: bool = False) -> bool:
         return False  # started without Kubernetes: start it afresh
     if (info.get("State") or {}).get("Status") == "running":
         # podman still says "running" where the container's processes were killed with its conmon
-        # (nothing was left to record the exit; seen on this build machine after its processes
-        # were cleared between sessions): `podman exec` then fails with "cannot exec in a stopped
-        # container", and such a node is started afresh.
+        # (nothing was left to record the exit; seen after a machine's processes were cleared):
+        # `podman exec` then fails with "cannot exec in a stopped container", and such a node is
+        # started afresh.
         return run(["podman", "exec", node.container, "true"], check=False).returncode == 0
     # Nodes of an earlier run may be exited or in an unknown state: try a restart first.
     return run(["podman", "start", node.container], check=False).returncode == 0

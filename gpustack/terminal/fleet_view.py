@@ -160,6 +160,9 @@ def print_status(rows: list[NodeStatus], kubernetes: bool, wide: bool = False) -
         # e.g. GFD labels need NFD running; wrapped so the default view stays within 120 columns
         lines = textwrap.wrap(f"Note: {note}", DEFAULT_WIDTH)
         stdout.print("\n[yellow]Note:[/]" + escape("\n".join(lines))[len("Note:") :])
+    for r in rows:
+        for note in r.notes:
+            stdout.print(f"[cyan]Note:[/] {escape(r.host)}: {escape(note)}", soft_wrap=True)
     mig = [r for r in rows if r.mig]
     if mig:
         stdout.print("\nMIG layouts:")

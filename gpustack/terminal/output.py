@@ -12,7 +12,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from gpustack import credentials
+from gpustack import credentials, paths
 from gpustack.ansible.results import RunResult, RunTracker, host_to_dict
 from gpustack.errors import BadInput, GpustackError
 from gpustack.fleet import doctor
@@ -31,6 +31,7 @@ stderr = _console(stderr=True)
 def print_error(error: GpustackError) -> None:
     # soft_wrap: one line each, however long (scripts and tests read them line by line)
     message, hint = credentials.scrub(error.message), credentials.scrub(error.hint)
+    hint = paths.resolve_doc_references(hint)
     stderr.print(f"[bold red]Error:[/] {escape(message)}", soft_wrap=True)
     if hint:
         stderr.print(f"[bold]Hint:[/] {escape(hint)}", soft_wrap=True)
@@ -273,9 +274,10 @@ def print_fleet(result: RunResult, problems: list[doctor.Problem] | None) -> Non
         stdout.print("\nProblems:")
         style = {"error": "red", "warning": "yellow", "info": "cyan"}
         for p in problems:
+            hint = paths.resolve_doc_references(p.hint)
             stdout.print(
                 f"  [{style[p.severity]}]{p.severity:7}[/] {escape(p.host)}: "
-                f"{escape(p.message)}\n          Hint: {escape(p.hint)}"
+                f"{escape(p.message)}\n          Hint: {escape(hint)}"
             )
     else:
         stdout.print("\nNo problems found.")

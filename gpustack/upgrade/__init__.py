@@ -1,1 +1,1 @@
-"""Rolling, drain-aware, resumable driver upgrades (issue 6): planner, state, orchestrator."""
+"""Rolling, drain-aware, resumable driver upgrades: planner, state, orchestrator."""

@@ -142,6 +142,78 @@ def companion_versions(madison, companions, target, source="distro"):
     return found
 
 
+# nvidia_driver_open_kernel_modules=auto, as the GPU Operator's default kernelModuleType "auto"
+# (deployments/gpu-operator/values.yaml@a22dbf67). Its driver container resolves "auto" with
+# `nvidia-installer --print-recommended-kernel-module-type`, and by driver branch when that fails
+# (branch < 560: proprietary; NVIDIA/gpu-driver-container ubuntu22.04/nvidia-driver@06a208ca,
+# _resolve_kernel_type and _resolve_kernel_type_from_driver_branch). nvidia-installer's
+# recommendation (NVIDIA/nvidia-installer@00aaa9f9, 590.48.01: misc.c pci_device_scan,
+# kernel.c valid_kernel_module_types, detect-self-hosted.h), per NVIDIA GPU on the PCI bus:
+# - a self-hosted (Grace) Hopper or Blackwell GPU requires the open modules;
+# - a GPU without GSP cannot run them: device ids 0x1340-0x1dff (Maxwell, Pascal, Volta) are
+#   taken as such; Turing (0x1e00) and newer have GSP;
+# - open is valid only when at least one GPU is present and every GPU supports it, and it is
+#   the default among valid types from 560 on (kernel.c default_type OPEN since 560.28.03,
+#   PROPRIETARY up to 555.58.02).
+# NVIDIA requires the open modules on Blackwell (device ids from 0x2900 on; the installer has no
+# flag for it because no branch before 560 drives Blackwell): required here as well.
+OPEN_MODULES_FROM_BRANCH = 560
+_SELF_HOSTED = ((0x2340, 0x237F), (0x2940, 0x297F), (0x31C0, 0x31FF), (0x31A1, 0x31A1))
+_NO_GSP = (0x1340, 0x1DFF)
+_BLACKWELL = 0x2900
+_AUTO = "auto"
+_TRUE = ("true", "yes", "on", "1", "y")
+_FALSE = ("false", "no", "off", "0", "n")
+
+
+def _device_id(device):
+    raw = device.get("device_id") if isinstance(device, dict) else device
+    try:
+        return int(str(raw or ""), 16)
+    except ValueError:
+        return None
+
+
+def kernel_module_type(setting, branch="", devices=None, installed=None):
+    """{'open': bool, 'reason': str}: the kernel modules to install. `setting` is
+    nvidia_driver_open_kernel_modules (auto, or a boolean); `branch` the driver branch ('' when
+    not known yet); `devices` gpu_preflight's gpus.devices (device_id "0x2335");
+    `installed` the kind of the driver installed now, open or proprietary (gpu_preflight's
+    driver.installed.kernel_modules; None when none is)."""
+    text = str(setting).strip().lower()
+    if text in _TRUE:
+        return {"open": True, "reason": "nvidia_driver_open_kernel_modules=true"}
+    if text in _FALSE:
+        return {"open": False, "reason": "nvidia_driver_open_kernel_modules=false"}
+    if text != _AUTO:
+        raise AnsibleFilterError(
+            "nvidia_driver_open_kernel_modules=%s: use auto, true or false" % setting
+        )
+    if installed in ("open", "proprietary"):
+        # auto never switches an installed driver between the two kinds (packages of one kind
+        # conflict with the other's): that takes true or false.
+        return {
+            "open": installed == "open",
+            "reason": "auto: keeps the installed driver's %s modules" % installed,
+        }
+    ids = [_device_id(d) for d in devices or []]
+    ids = [i for i in ids if i is not None]
+    required = [i for i in ids if i >= _BLACKWELL or any(lo <= i <= hi for lo, hi in _SELF_HOSTED)]
+    if required:
+        return {"open": True, "reason": "auto: GPU 0x%04x needs the open modules" % required[0]}
+    unsupported = [i for i in ids if _NO_GSP[0] <= i <= _NO_GSP[1]]
+    if not ids:
+        return {"open": False, "reason": "auto: no NVIDIA GPU found (nvidia-installer's choice)"}
+    if unsupported:
+        return {"open": False, "reason": "auto: GPU 0x%04x has no open modules" % unsupported[0]}
+    branch = str(branch or "").strip()
+    if not branch.isdigit():
+        return {"open": False, "reason": "auto: driver branch not known yet"}
+    if int(branch) < OPEN_MODULES_FROM_BRANCH:
+        return {"open": False, "reason": "auto: branch %s (open is the default from 560)" % branch}
+    return {"open": True, "reason": "auto: branch %s, every GPU supports them" % branch}
+
+
 def package_specs(versions, names):
     """["name=version", ...] for `names` that have a version in `versions`."""
     return ["%s=%s" % (name, versions[name]) for name in names if name in versions]
@@ -161,4 +233,5 @@ class FilterModule(object):
             "nvidia_driver_url_credentials": url_credentials,
             "nvidia_driver_companion_versions": companion_versions,
             "nvidia_driver_package_specs": package_specs,
+            "nvidia_driver_kernel_module_type": kernel_module_type,
         }

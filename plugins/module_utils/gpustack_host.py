@@ -18,8 +18,8 @@ import subprocess
 
 # Directories searched after PATH (a module's PATH on a host can be minimal, an SSH session's
 # always is); a module adds the ones its arguments name (RKE2's binary directory). Last, the
-# driver tree of hosts whose driver is not a package (the lent H100 hosts have one there, with
-# /usr/local/nvidia/bin first on their login PATH; they also have /usr/bin/nvidia-smi).
+# driver tree of hosts whose driver is not a package (the H100 VMs of docs/gpu-hosts.md have one
+# there, with /usr/local/nvidia/bin first on their login PATH; they also have /usr/bin/nvidia-smi).
 EXTRA_PATH = [
     "/usr/local/sbin",
     "/usr/local/bin",

@@ -9,6 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_apt_components
 short_description: Enable archive components (e.g. non-free) on the host's existing APT sources
+version_added: 0.1.0
 description:
   - Finds the APT sources (one-line C(.list) and deb822 C(.sources)) that serve one of I(suites)
     with the C(main) component and adds the missing I(components) to them, keeping every other
@@ -38,6 +39,48 @@ options:
   backup: {type: bool, default: true, description: Back up changed files.}
   sources_dir: {type: path, default: /etc/apt, description: APT configuration directory.}
 author: gpustack
+"""
+
+EXAMPLES = r"""
+- name: Enable contrib, non-free and non-free-firmware for bookworm's suites
+  gpustack.gpustack.gpustack_apt_components:
+    components: [contrib, non-free, non-free-firmware]
+    suites: [bookworm, bookworm-updates, bookworm-security]
+  register: components
+
+- name: End the change once the refreshed lists offer what was needed
+  gpustack.gpustack.gpustack_apt_components:
+    components: [contrib, non-free, non-free-firmware]
+    suites: [bookworm, bookworm-updates, bookworm-security]
+    state: commit
+
+- name: Take back everything gpustack added (uninstall)
+  gpustack.gpustack.gpustack_apt_components:
+    components: [contrib, non-free, non-free-firmware]
+    suites: [bookworm, bookworm-updates, bookworm-security]
+    state: absent
+"""
+
+RETURN = r"""
+files:
+  description: The source files changed (would change, in check mode).
+  returned: always, except when nothing was recorded and I(state) is not present
+  type: list
+  elements: str
+entries:
+  description: Each source entry changed, with its file and the components added or taken back.
+  returned: as files
+  type: list
+  elements: dict
+backups:
+  description: Backup file per changed source file (with I(backup)).
+  returned: as files
+  type: dict
+pending:
+  description: A change to the sources that no I(state=commit) has ended yet (this run's or an
+    interrupted run's); the caller refreshes the package lists before it trusts them.
+  returned: always
+  type: bool
 """
 
 from ansible.module_utils.basic import AnsibleModule

@@ -9,6 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_apt_install
 short_description: Bring packages to exact versions in one apt-get transaction
+version_added: 0.1.0
 description:
   - What C(ansible.builtin.apt) does with C(name=[pkg=version, ...]), C(state=present),
     C(allow_downgrade) and C(allow_change_held_packages) (and O(install_recommends)), with
@@ -193,6 +194,24 @@ options:
         default: {}
         description: image, snapshotter, ctr_args (list), container, as gpustack_containerd_loaded.
 author: gpustack
+"""
+
+EXAMPLES = r"""
+- name: Install the driver at an exact version, held, in one apt-get transaction
+  gpustack.gpustack.gpustack_apt_install:
+    packages: [nvidia-kernel-dkms=535.261.03-1, nvidia-smi=535.261.03-1, libcuda1=535.261.03-1]
+    hold: [nvidia-kernel-dkms, nvidia-smi, libcuda1]
+    lock_timeout: 300
+  register: driver_packages
+
+- name: The same, and read nvidia-smi's answer in the same round trip
+  gpustack.gpustack.gpustack_apt_install:
+    packages: [nvidia-container-toolkit=1.17.8-1]
+    hold: [nvidia-container-toolkit]
+    reads:
+      commands:
+        version: [nvidia-ctk, --version]
+  register: toolkit_packages
 """
 
 RETURN = r"""

@@ -11,6 +11,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_apt_lists
 short_description: Refresh stale package lists, then ask apt-cache madison, in one call
+version_added: 0.1.0
 description:
   - Measures the lists' age as C(ansible.builtin.apt)'s O(cache_valid_time) does (the mtime of
     apt's update-success stamp where it exists, else of the lists directory) and runs
@@ -70,6 +71,18 @@ options:
     default: [/var/lib/apt/periodic/update-success-stamp, /var/lib/apt/lists]
     description: The paths whose mtime says when the lists were refreshed, the first that exists.
 author: gpustack
+"""
+
+EXAMPLES = r"""
+- name: Refresh the package lists when older than an hour, then list the driver's versions
+  gpustack.gpustack.gpustack_apt_lists:
+    valid_seconds: 3600
+    madison: [nvidia-kernel-dkms, nvidia-smi]
+  register: lists
+
+- name: Show the versions the sources offer
+  ansible.builtin.debug:
+    msg: "{{ lists.stdout }}"
 """
 
 RETURN = r"""

@@ -10,6 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_apt_source
 short_description: Write an APT source with its keyring and credentials, prove it, or roll it back
+version_added: 0.1.0
 description:
   - I(state=present) writes C(/etc/apt/sources.list.d/gpustack-<name>.sources) (0644), the keyring
     C(/usr/share/keyrings/gpustack-<name>.gpg) (0644) and, when I(auth_machine) is set, the
@@ -86,6 +87,26 @@ options:
   root: {type: path, default: /, description: Prefix of every path (tests).}
   apt_options: {type: list, elements: str, default: [], description: Extra -o options (tests).}
 author: gpustack
+"""
+
+EXAMPLES = r"""
+- name: Add NVIDIA's CUDA repository with its key, checked against its fingerprint
+  gpustack.gpustack.gpustack_apt_source:
+    name: nvidia-cuda
+    content: |
+      Types: deb
+      URIs: https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/
+      Suites: /
+      Signed-By: /usr/share/keyrings/gpustack-nvidia-cuda.gpg
+    key_url: https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/3bf863cc.pub
+    key_fingerprint: EB693B3035CD5710E231E123A4B469963BF863CC
+    key_location: /usr/share/keyrings/gpustack-nvidia-cuda.gpg
+    offers: cuda-drivers
+
+- name: Keep it once the driver was installed from it
+  gpustack.gpustack.gpustack_apt_source:
+    name: nvidia-cuda
+    state: commit
 """
 
 RETURN = r"""

@@ -9,6 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_containerd_loaded
 short_description: Compare the runtime handlers containerd runs with those its files define
+version_added: 0.1.0
 description:
   - Asks the running containerd for the configuration its CRI plugin loaded, over its socket
     with the CRI API (C(RuntimeService/Status), verbose - what C(crictl info) prints; no crictl
@@ -42,6 +43,20 @@ options:
         the binary is missing, when the running daemon lacks the handler, or without an image."
       - The caller leaves it empty in check mode (the module runs with check_mode false).
 author: gpustack
+"""
+
+EXAMPLES = r"""
+- name: Does the running containerd run the nvidia runtime its files define?
+  gpustack.gpustack.gpustack_containerd_loaded:
+    config: /etc/containerd/config.toml
+    name: nvidia
+    binary: /usr/bin/nvidia-container-runtime
+  register: loaded
+
+- name: Say what differs
+  ansible.builtin.debug:
+    msg: "{{ loaded.differences }}"
+  when: loaded.differences | length > 0
 """
 
 RETURN = r"""

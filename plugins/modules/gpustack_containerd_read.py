@@ -9,6 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_containerd_read
 short_description: Read containerd's version, files and loaded configuration in one round trip
+version_added: 0.1.0
 description:
   - What the container_runtime role needs before it merges the nvidia runtime into containerd's
     configuration, in one module call (one task per read paid a round trip each) -
@@ -26,6 +27,15 @@ options:
   socket: {type: path, default: /run/containerd/containerd.sock, description: containerd's socket.}
   marker: {type: path, default: "", description: gpustack's restart-pending marker.}
 author: gpustack
+"""
+
+EXAMPLES = r"""
+- name: Read containerd's version, its files and its effective configuration
+  gpustack.gpustack.gpustack_containerd_read:
+    config: /etc/containerd/config.toml
+    dropin: /etc/containerd/conf.d/99-nvidia.toml
+    record: /var/lib/gpustack/container_runtime.json
+  register: containerd
 """
 
 RETURN = r"""

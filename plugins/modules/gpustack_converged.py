@@ -9,6 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_converged
 short_description: Record a host role's converged stamp
+version_added: 0.1.0
 description:
   - Run at the end of a successful, non-check run of a host role; writes C(<dir>/<role>.json) -
     the role's resolved inputs, the preflight facts, gpustack's content hash, the sha256 of every
@@ -34,6 +35,36 @@ options:
   services: {type: list, elements: str, default: [], description: Units it manages.}
   runtime: {type: dict, default: {}, description: "kind, config, name, binary."}
 author: gpustack
+"""
+
+EXAMPLES = r"""
+- name: Record the driver role's converged stamp after a successful run
+  gpustack.gpustack.gpustack_converged:
+    role: nvidia_driver
+    stamp:
+      inputs: {nvidia_driver_version: 535.261.03-1}
+    files: [/etc/apt/preferences.d/gpustack-nvidia-driver.pref]
+    packages: [nvidia-kernel-dkms, nvidia-smi, libcuda1]
+    holds: [nvidia-kernel-dkms, nvidia-smi, libcuda1]
+    services: [nvidia-persistenced]
+"""
+
+RETURN = r"""
+path:
+  description: The first stamp file written or found unchanged.
+  returned: success
+  type: str
+  sample: /var/lib/gpustack/converged/nvidia_driver.json
+paths:
+  description: Every stamp file, in the order given.
+  returned: success
+  type: list
+  elements: str
+changed_paths:
+  description: The stamp files whose content changed.
+  returned: success
+  type: list
+  elements: str
 """
 
 import json

@@ -9,6 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_dpkg_ready
 short_description: Wait for the dpkg/apt locks, then look for an interrupted dpkg run
+version_added: 0.1.0
 description:
   - Lists the holders of dpkg's and apt's locks (C(/var/lib/dpkg/lock*), C(/var/lib/apt/lists/lock),
     C(/var/cache/apt/archives/lock)) with C(lslocks), once a second, until none is held or
@@ -32,6 +33,14 @@ options:
     default: [/usr/bin/python3, /usr/bin/python]
     description: The system interpreters Ansible's apt module respawns under (its own list).
 author: gpustack
+"""
+
+EXAMPLES = r"""
+- name: Wait up to 5 minutes for dpkg's and apt's locks, then look for an interrupted run
+  gpustack.gpustack.gpustack_dpkg_ready:
+    timeout: 300
+    audit: true
+  register: dpkg
 """
 
 RETURN = r"""

@@ -9,6 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_dpkg_selections
 short_description: Set the dpkg selection of several packages at once (hold, install)
+version_added: 0.1.0
 description:
   - What C(ansible.builtin.dpkg_selections) does for one package, for a list, in one module call
     and one C(dpkg --set-selections) run (a loop pays a round trip per package).
@@ -30,6 +31,29 @@ options:
     description: Seconds to wait, when a selection must change, for another package manager to
       release dpkg's lock (C(dpkg --set-selections) fails at once on a held lock); 0 does not wait.
 author: gpustack
+"""
+
+EXAMPLES = r"""
+- name: Hold the driver's packages
+  gpustack.gpustack.gpustack_dpkg_selections:
+    names: [nvidia-kernel-dkms, nvidia-smi, libcuda1]
+    selection: hold
+    lock_timeout: 300
+
+- name: Release them again
+  gpustack.gpustack.gpustack_dpkg_selections:
+    names: [nvidia-kernel-dkms, nvidia-smi, libcuda1]
+    selection: install
+"""
+
+RETURN = r"""
+items:
+  description: Each package whose selection differs (changed, or would change in check mode) -
+    item (the name), before (C(not present) for a package dpkg does not know) and after.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{item: nvidia-smi, before: install, after: hold}]
 """
 
 from ansible.module_utils.basic import AnsibleModule

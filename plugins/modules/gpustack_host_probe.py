@@ -10,6 +10,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_host_probe
 short_description: Read a GPU host for gpustack in one round trip
+version_added: 0.1.0
 description:
   - Section preflight (always) - OS, kernel, NVIDIA PCI devices, NVSwitch, Secure Boot, nouveau,
     kernel headers, installed and loaded NVIDIA driver, container runtimes, cri-dockerd and the
@@ -66,6 +67,23 @@ options:
     type: dict
     default: {}
 author: gpustack
+"""
+
+EXAMPLES = r"""
+- name: Preflight facts and what gpustack left on the host
+  gpustack.gpustack.gpustack_host_probe:
+    sections: [status]
+    runtimes:
+      k3s:
+        config: /var/lib/rancher/k3s/agent/etc/containerd/config.toml
+        service: [k3s, k3s-agent]
+      containerd: {config: /etc/containerd/config.toml, service: containerd}
+      docker: {config: /etc/docker/daemon.json, service: docker}
+    rke2_bin: /var/lib/rancher/rke2/bin
+
+- name: Show the GPUs found
+  ansible.builtin.debug:
+    msg: "{{ gpustack_preflight.gpus }}"
 """
 
 RETURN = r"""
@@ -284,12 +302,32 @@ def installed_driver(family):
     else:
         found = []
     if not found:
-        return {"package": None, "version": None}
+        return {"package": None, "version": None, "kernel_modules": None}
     # Prefer the driver meta package over kernel-module packages.
     found.sort(
         key=lambda item: (not item[0].startswith(("nvidia-driver", "cuda-drivers")), item[0])
     )
-    return {"package": found[0][0], "version": found[0][1]}
+    return {
+        "package": found[0][0],
+        "version": found[0][1],
+        "kernel_modules": kernel_module_kind([name for name, _ in found]),
+    }
+
+
+def kernel_module_kind(names):
+    """'open' or 'proprietary': which kernel modules the installed driver packages carry (the
+    open ones' packages say so in their names: nvidia-open-kernel-dkms, nvidia-kernel-open-dkms,
+    nvidia-headless-580-server-open, kmod-nvidia-open-dkms); None when no module package is
+    among them."""
+    if any("open" in name for name in names):
+        return "open"
+    proprietary = re.compile(
+        r"^(nvidia-kernel-dkms|kmod-nvidia-latest-dkms|cuda-drivers.*"
+        r"|nvidia-dkms-\d+(-server)?|nvidia-headless-\d+(-server)?)$"
+    )
+    if any(proprietary.match(name) for name in names):
+        return "proprietary"
+    return None
 
 
 def loaded_driver():

@@ -9,6 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_mig
 short_description: Apply an nvidia-mig-parted MIG layout with nvidia-mig-parted or nvidia-smi
+version_added: 0.1.0
 description:
   - Reads every GPU (MIG mode current and pending, GPU and compute instances, profiles), plans
     the steps to the selected layout and, unless in check mode, carries them out - refusing
@@ -53,6 +54,18 @@ options:
     type: path
     default: /var/lib/gpustack/mig/state.json
 author: gpustack
+"""
+
+EXAMPLES = r"""
+- name: Apply the all-1g.10gb layout of a mig-parted configuration
+  gpustack.gpustack.gpustack_mig:
+    config: all-1g.10gb
+    config_file: /etc/nvidia-mig-manager/config.yaml
+    layout:
+      - devices: all
+        mig-enabled: true
+        mig-devices: {1g.10gb: 7}
+    clients: [nvidia-persistenced, nvidia-dcgm]
 """
 
 RETURN = r"""

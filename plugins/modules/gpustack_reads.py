@@ -9,6 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_reads
 short_description: Read several files and run several read-only commands in one round trip
+version_added: 0.1.0
 description:
   - A role that needs a file from C(/proc), a C(dpkg-query) and an C(nvidia-smi) answer paid one
     round trip per C(slurp) or C(command) task; this module does them all in one call.
@@ -28,6 +29,19 @@ options:
     description: Names of commands whose non-zero return code fails the module (as a command task
       without C(failed_when) fails); the others are only reported.
 author: gpustack
+"""
+
+EXAMPLES = r"""
+- name: Read two files and run two read-only commands in one round trip
+  gpustack.gpustack.gpustack_reads:
+    files:
+      version: /proc/driver/nvidia/version
+      pin: /etc/apt/preferences.d/gpustack-nvidia-driver.pref
+    commands:
+      smi: [nvidia-smi, --query-gpu=name,uuid,memory.total, --format=csv,noheader,nounits]
+      holds: [apt-mark, showhold]
+    must_succeed: [holds]
+  register: reads
 """
 
 RETURN = r"""

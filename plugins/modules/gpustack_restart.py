@@ -9,6 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_restart
 short_description: Restart a systemd service, wait until it answers, clear gpustack's markers
+version_added: 0.1.0
 description:
   - C(systemctl restart NAME) when C(restart) is true (after C(systemctl reset-failed NAME) when
     C(reset_failed) is true, as Docker's unit allows 3 starts a minute); then runs C(wait) until
@@ -25,6 +26,45 @@ options:
   timeout: {type: int, default: 30, description: Seconds to wait for it.}
   remove: {type: list, elements: path, default: [], description: Paths removed once it answers.}
 author: gpustack
+"""
+
+EXAMPLES = r"""
+- name: Restart containerd, wait until it answers, clear the restart-pending marker
+  gpustack.gpustack.gpustack_restart:
+    name: containerd
+    wait: [ctr, version]
+    timeout: 30
+    remove: [/var/lib/gpustack/containerd.restart-pending]
+
+- name: Restart Docker (its unit allows 3 starts a minute)
+  gpustack.gpustack.gpustack_restart:
+    name: docker
+    reset_failed: true
+    wait: [docker, info]
+"""
+
+RETURN = r"""
+name:
+  description: The unit.
+  returned: always
+  type: str
+restarted:
+  description: Whether it was restarted.
+  returned: success, not in check mode
+  type: bool
+would_restart:
+  description: Whether it would be restarted.
+  returned: check mode
+  type: bool
+removed:
+  description: The marker paths removed (that would be removed, in check mode).
+  returned: always
+  type: list
+  elements: str
+waited_s:
+  description: Seconds until C(wait) succeeded; null without C(wait).
+  returned: success, not in check mode
+  type: float
 """
 
 import os
@@ -58,7 +98,7 @@ def main():
                          would_restart=params["restart"], removed=present)  # fmt: skip
     if params["restart"] and not module.get_bin_path("systemctl"):
         # run_command would fail with "Error executing command." (a host whose init is not
-        # systemd, as the lent H100 VM of 2026-11-27)
+        # systemd, as the H100 VMs of docs/gpu-hosts.md)
         module.fail_json(msg="cannot restart %s: systemctl is not installed (the host does not run "
                              "systemd)" % name)  # fmt: skip
     if params["restart"]:

@@ -9,6 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_smoke_probe
 short_description: Run NVIDIA's tools read-only on a GPU host and return their raw output
+version_added: 0.1.0
 description:
   - Runs C(nvidia-smi -q -x), C(lspci -nn -D -d 10de:), C(systemctl show nvidia-fabricmanager),
     the toolkit's version commands and C(nvidia-container-cli info), C(nvidia-ctk cdi generate)
@@ -53,6 +54,14 @@ options:
     type: bool
     default: true
 author: gpustack
+"""
+
+EXAMPLES = r"""
+- name: Run NVIDIA's tools read-only and keep their raw output
+  gpustack.gpustack.gpustack_smoke_probe:
+    runtime_kind: containerd
+    image: localhost/cuda-sample:latest
+  register: smoke
 """
 
 RETURN = r"""

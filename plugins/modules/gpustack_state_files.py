@@ -9,6 +9,7 @@ __metaclass__ = type
 DOCUMENTATION = r"""
 module: gpustack_state_files
 short_description: Write gpustack's own state files and directories in one call, in order
+version_added: 0.1.0
 description:
   - Goes through C(items) in the order given and stops at the first failure, so a run killed
     part-way leaves the earlier items done and the later ones not. container_runtime relies on
@@ -36,6 +37,14 @@ options:
         items); mode (octal string; 0644 for files, 0755 for directories); keep (bool); backup
         (bool); write (bool, default true); marks (the dest of a later file item: a marker)."
 author: gpustack
+"""
+
+EXAMPLES = r"""
+- name: Write gpustack's state directory, then a record in it, in that order
+  gpustack.gpustack.gpustack_state_files:
+    items:
+      - {dest: /var/lib/gpustack, state: directory, mode: "0755"}
+      - {dest: /var/lib/gpustack/example.json, content: "{}\n", mode: "0600"}
 """
 
 RETURN = r"""

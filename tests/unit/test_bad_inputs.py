@@ -92,7 +92,7 @@ CASES = [
     ("host-bad-mirror-url", ["install", "{tmp}/badmirror.ini"], "inventory host n1: nvidia_container_toolkit_mirror_url", 2),
     ("ev-branch-version", ["install", "{tmp}/inv.ini", "-e", "nvidia_driver_branch=550", "-e", "nvidia_driver_version=535.261.03-1"], "is not on branch 550", 2),
     ("ev-bool", ["doctor", "{tmp}/inv.ini", "-e", "gpustack_require_gpu=maybe"], "is not a valid boolean", 2),
-    ("ev-bool-role", ["install", "{tmp}/inv.ini", "-e", "nvidia_driver_open_kernel_modules=perhaps"], "is not a valid boolean", 2),
+    ("ev-bool-role", ["install", "{tmp}/inv.ini", "-e", "nvidia_driver_open_kernel_modules=perhaps"], "auto, true, false", 2),
     # kubeconfig
     ("kube-missing", ["status", "{tmp}/inv.ini", "--kubeconfig", "{tmp}/nokube"], "kubeconfig", 2),
     ("kube-broken-yaml", ["status", "{tmp}/inv.ini", "--kubeconfig", "{tmp}/kube_broken.yaml"], "is not usable", 2),

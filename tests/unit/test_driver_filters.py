@@ -129,3 +129,88 @@ def test_nvrm_version_parses_both_module_flavours():
         == "580.95.05"
     )
     assert f.nvrm_version("") == ""
+
+
+H100, H200, L4, T4, V100, P100, B200, GH200 = (
+    "0x2330", "0x2335", "0x27b8", "0x1eb8", "0x1db4", "0x15f8", "0x2901", "0x2342",
+)  # fmt: skip
+
+
+def gpus(*ids):
+    return [{"device_id": i, "class": "030200", "model": ""} for i in ids]
+
+
+@pytest.mark.parametrize(
+    ("setting", "branch", "devices", "expected_open"),
+    [
+        # auto, as nvidia-installer recommends and the GPU Operator's "auto" installs
+        ("auto", "580", gpus(H100, H100), True),  # Hopper, 560 or later: open
+        ("auto", "570", gpus(L4), True),
+        ("auto", "580", gpus(T4), True),  # Turing is the first with GSP
+        ("auto", "555", gpus(H200), False),  # before 560 the installer defaulted to proprietary
+        ("auto", "535", gpus(L4), False),
+        ("auto", "580", gpus(V100), False),  # Volta: no GSP, no open modules
+        ("auto", "580", gpus(P100, H100), False),  # one GPU without them decides
+        ("auto", "580", gpus(B200), True),  # Blackwell needs them
+        ("auto", "535", gpus(GH200), True),  # self-hosted Grace Hopper needs them
+        ("auto", "580", [], False),  # no GPU: the installer recommends proprietary
+        ("auto", "", gpus(H100), False),  # branch not known yet (distro, before the lists)
+        # explicit settings win, in any of Ansible's boolean spellings
+        (True, "535", gpus(V100), True),
+        ("false", "580", gpus(H100), False),
+        ("False", "580", gpus(B200), False),
+        ("yes", "580", [], True),
+    ],
+)
+def test_kernel_module_type(setting, branch, devices, expected_open):
+    choice = f.kernel_module_type(setting, branch, devices)
+    assert choice["open"] is expected_open
+    assert choice["reason"]
+
+
+def test_kernel_module_type_names_why():
+    assert f.kernel_module_type("auto", "535", gpus(H100))["reason"] == (
+        "auto: branch 535 (open is the default from 560)"
+    )
+    assert f.kernel_module_type("auto", "580", gpus(P100))["reason"] == (
+        "auto: GPU 0x15f8 has no open modules"
+    )
+    assert (
+        "0x2901 needs the open modules" in f.kernel_module_type("auto", "580", gpus(B200))["reason"]
+    )
+
+
+def test_auto_keeps_the_kind_of_an_installed_driver():
+    keep = f.kernel_module_type("auto", "580", gpus(H100), "proprietary")
+    assert keep == {
+        "open": False,
+        "reason": "auto: keeps the installed driver's proprietary modules",
+    }
+    assert f.kernel_module_type("auto", "535", gpus(V100), "open")["open"]
+    assert f.kernel_module_type("true", "580", gpus(H100), "proprietary")["open"]
+    assert f.kernel_module_type("auto", "580", gpus(H100), None)["open"]
+
+
+def test_kernel_module_type_refuses_other_words():
+    with pytest.raises(f.AnsibleFilterError, match="use auto, true or false"):
+        f.kernel_module_type("perhaps", "580", [])
+
+
+@pytest.mark.parametrize(
+    ("installed", "kind"),
+    [
+        (["nvidia-kernel-dkms", "nvidia-driver-libs"], "proprietary"),  # Debian
+        (["nvidia-open-kernel-dkms", "nvidia-driver-libs"], "open"),
+        (["nvidia-headless-580-server-open", "nvidia-dkms-580-server-open"], "open"),  # Ubuntu
+        (["nvidia-headless-580-server", "nvidia-dkms-580-server"], "proprietary"),
+        (["cuda-drivers-580", "cuda-drivers", "nvidia-driver-580"], "proprietary"),  # CUDA repo
+        (["nvidia-driver-580-open", "nvidia-kernel-open-dkms"], "open"),
+        (["kmod-nvidia-open-dkms", "nvidia-driver"], "open"),  # EL
+        (["nvidia-driver-libs"], None),  # no module package: nothing to keep
+    ],
+)
+def test_the_probe_reads_the_installed_kind(installed, kind):
+    from tests.unit.host_modules import load as load_module
+
+    probe = load_module("plugins/modules/gpustack_host_probe.py", "probe_kernel_kind")
+    assert probe.kernel_module_kind(installed) == kind

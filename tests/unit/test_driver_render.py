@@ -18,6 +18,7 @@ def render(tmp_path, os_id, version_id, arch, os_vars, **extra):
         "os": {"id": os_id, "version_id": version_id},
         "arch": arch,
         "kernel": "6.8.0-45-generic",
+        "gpus": {"devices": [{"device_id": d} for d in extra.pop("gpus", [])]},
     }
     variables = {"gpustack_preflight": facts, "os_vars": os_vars, "out": str(tmp_path),
                  "__nvidia_driver_target": extra.pop("target", "580.95.05-1"), **extra}  # fmt: skip
@@ -44,6 +45,40 @@ def test_cuda_repo_debian_arm_and_open_modules(tmp_path):
                             nvidia_driver_open_kernel_modules=True, nvidia_driver_branch="570")  # fmt: skip
     assert "/cuda/repos/debian12/sbsa/" in files["repo.sources"]
     assert derived["packages"] == ["nvidia-open-570"]
+
+
+@pytest.mark.parametrize(("os_vars", "os_id", "version", "gpus", "extra", "packages", "why"), [
+    # default auto: open on Hopper with a 560+ branch, proprietary on 535 or without a GPU
+    ("Ubuntu", "ubuntu", "22.04", ["0x2330"], {}, ["nvidia-open-580"], "auto: branch 580"),
+    ("Ubuntu", "ubuntu", "22.04", [], {}, ["cuda-drivers-580"], "auto: no NVIDIA GPU found"),
+    ("Debian", "debian", "12", ["0x2330"], {"nvidia_driver_branch": "535"}, ["cuda-drivers-535"],
+     "auto: branch 535"),
+    ("Ubuntu", "ubuntu", "24.04", ["0x27b8"], {"nvidia_driver_source": "distro",
+     "nvidia_driver_branch": "580"}, ["nvidia-headless-580-server-open", "nvidia-utils-580-server"],
+     "auto: branch 580"),
+    ("RedHat", "rocky", "9.4", ["0x1db4"], {}, ["cuda-drivers-580"], "auto: GPU 0x1db4"),
+    ("Debian", "debian", "12", ["0x2330"], {"nvidia_driver_open_kernel_modules": False},
+     ["cuda-drivers-580"], "nvidia_driver_open_kernel_modules=false"),
+])  # fmt: skip
+def test_open_modules_auto(tmp_path, os_vars, os_id, version, gpus, extra, packages, why):
+    _, derived = render(tmp_path, os_id, version, "x86_64", os_vars, gpus=gpus, **extra)
+    assert derived["packages"] == packages
+    assert derived["kernel_modules"]["reason"].startswith(why)
+
+
+@pytest.mark.parametrize(("madison", "packages"), [
+    ("535.261.03-1", ["nvidia-kernel-dkms", "nvidia-smi", "libcuda1"]),
+    ("560.35.03-1", ["nvidia-open-kernel-dkms", "nvidia-smi", "libcuda1"]),
+])  # fmt: skip
+def test_open_modules_auto_on_debians_archive_decides_by_the_newest_branch(tmp_path, madison,
+                                                                           packages):  # fmt: skip
+    """Debian's distro driver without a requested branch: the archive's newest decides, once the
+    package lists were read (both module packages are asked for then)."""
+    lists = {"stdout": f"nvidia-kernel-dkms | {madison} | http://deb.debian.org/debian x/non-free\n"
+                       f"nvidia-open-kernel-dkms | {madison} | http://deb.debian.org/debian x/non-free\n"}  # fmt: skip
+    _, derived = render(tmp_path, "debian", "13", "x86_64", "Debian", gpus=["0x2330"],
+                        nvidia_driver_source="distro", nvidia_driver_package_lists=lists)  # fmt: skip
+    assert derived["packages"] == packages
 
 
 def test_cuda_repo_rocky(tmp_path):

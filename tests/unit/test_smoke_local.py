@@ -45,9 +45,30 @@ def test_doctor_and_status_local(state_dir):
     doc = json.loads(proc.stdout)
     assert doc["hosts"]["localhost"]["facts"]["gpustack_preflight"]["gpus"]["count"] == 0
     assert (state_dir / "local-inventory.ini").is_file()
+    (problem,) = [p for p in doc["problems"] if "no NVIDIA device" in p["message"]]
+    assert problem["severity"] == "warning" and "expected on lab or CPU nodes" in problem["hint"]
+    # status agrees with doctor: no GPU and none required, so what is missing is not drift
     proc = run_cli("status", "--local", "--output", "json")
-    assert proc.returncode in (0, 5), proc.stderr  # 5: drift (nothing installed here)
-    assert json.loads(proc.stdout)["nodes"]["localhost"]["driver"]
+    assert proc.returncode == 0, proc.stderr
+    node = json.loads(proc.stdout)["nodes"]["localhost"]
+    assert node["driver"] and node["drift"] == []
+    assert "driver not installed" in node["notes"][0]
+
+
+def test_doctor_and_status_read_gpustack_require_gpu_from_the_inventory(tmp_path, state_dir):
+    """Set in the inventory (as the roles read it), not only with -e: both commands fail here."""
+    inv = tmp_path / "inv.ini"
+    inv.write_text(
+        "[gpu_nodes]\nlocal1 ansible_connection=local ansible_python_interpreter=/usr/bin/python3\n"
+        "[gpu_nodes:vars]\ngpustack_require_gpu=true\n"
+    )
+    proc = run_cli("doctor", str(inv), "--output", "json")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    errors = [p for p in json.loads(proc.stdout)["problems"] if p["severity"] == "error"]
+    assert [p["message"] for p in errors] == ["no NVIDIA device (PCI vendor 10de) on this host"]
+    proc = run_cli("status", str(inv), "--output", "json")
+    assert proc.returncode == 5, proc.stdout + proc.stderr
+    assert "driver not installed" in json.loads(proc.stdout)["drift"]["local1"][0]
 
 
 def test_smoke_local_reports_no_nvidia_device(tmp_path, state_dir):

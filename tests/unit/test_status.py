@@ -63,12 +63,13 @@ def test_a_node_as_install_left_it_has_no_drift():
         ({"inputs": {"nvidia_driver_version": NEW}}, [f"driver installed {OLD}, desired {NEW}"]),
         ({"pinned": NEW}, [f"driver installed {OLD}, pinned {NEW}"]),
         ({"inputs": {"nvidia_driver_branch": "550"}}, [f"driver installed {OLD}, desired branch 550"]),
-        ({"installed": None, "pinned": None}, ["driver not installed (desired newest available)"]),
+        ({"installed": None, "pinned": None, "gpus": 1},
+         ["driver not installed (desired newest available)"]),
         ({"held": False}, ["driver package nvidia-kernel-dkms not held"]),
         ({"gpus": 2}, [f"driver {OLD} not loaded"]),
         ({"gpus": 1, "loaded": "535.104.05"},
          [f"driver loaded 535.104.05, installed {OLD}: reboot required"]),
-        ({"tk": None, "tk_pinned": None}, ["toolkit not installed"]),
+        ({"tk": None, "tk_pinned": None, "gpus": 1, "loaded": "535.261.03"}, ["toolkit not installed"]),
         ({"inputs": {"nvidia_container_toolkit_version": "1.18.0-1"}},
          [f"toolkit installed {TK}, desired 1.18.0-1"]),
         ({"tk_pinned": "1.18.0-1"}, [f"toolkit installed {TK}, pinned 1.18.0-1"]),
@@ -78,6 +79,29 @@ def test_a_node_as_install_left_it_has_no_drift():
 )  # fmt: skip
 def test_every_difference_is_named(kwargs, expected):
     assert fleet.node_status("n1", facts(**kwargs)).drift == expected
+
+
+def test_a_host_without_gpu_is_not_drift_where_none_is_required():
+    """doctor calls a host without an NVIDIA device expected unless gpustack_require_gpu is true;
+    status agrees: what is not installed there is a note, exit 0; what is installed is checked."""
+    bare = {"installed": None, "pinned": None, "tk": None, "tk_pinned": None, "wired": False}
+    row = fleet.node_status("cpu1", facts(**bare))
+    assert row.drift == []
+    assert row.notes == [
+        "no NVIDIA GPU and gpustack_require_gpu is false (expected on lab or CPU nodes): "
+        "driver not installed (desired newest available); toolkit not installed; "
+        "containerd: runtime 'nvidia' not in the effective configuration"
+    ]
+    required = fleet.node_status("cpu1", facts(**bare, inputs={"gpustack_require_gpu": "true"}))
+    assert required.notes == [] and required.drift == [
+        "driver not installed (desired newest available)",
+        "toolkit not installed",
+        "containerd: runtime 'nvidia' not in the effective configuration",
+    ]
+    # Installed without a GPU (the lab): still held to what install would make of it.
+    partly = fleet.node_status("cpu1", facts(held=False, tk=None, tk_pinned=None))
+    assert partly.drift == ["driver package nvidia-kernel-dkms not held"]
+    assert partly.notes[0].endswith("toolkit not installed")
 
 
 def test_a_preinstalled_driver_is_drift_unless_it_is_kept():
@@ -185,14 +209,16 @@ def test_runtime_detection_on_a_real_containerd_dump(tmp_path, containerd_binary
 
 
 def test_local_status_run_reports_drift_exit_5_and_changes_nothing(tmp_path, state_dir):
-    """A real status play over a local connection: this machine has no gpustack stack."""
+    """A real status play over a local connection: this machine has no gpustack stack and no
+    GPU. With gpustack_require_gpu=true that is drift (exit 5); without, doctor calls the missing
+    GPU expected and status lists what is missing as a note (exit 0)."""
     inv = tmp_path / "local.ini"
     inv.write_text(
         "[gpu_nodes]\nlocal1 ansible_connection=local ansible_python_interpreter=/usr/bin/python3\n"
     )
     report = tmp_path / "status.json"
     proc = run_cli("status", str(inv), "-e", "nvidia_driver_version=" + NEW, "--output", "json",
-                   "--report", str(report))  # fmt: skip
+                   "-e", "gpustack_require_gpu=true", "--report", str(report))  # fmt: skip
     assert proc.returncode == 5, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc == json.loads(report.read_text())
@@ -202,8 +228,9 @@ def test_local_status_run_reports_drift_exit_5_and_changes_nothing(tmp_path, sta
     assert f"driver not installed (desired {NEW})" in doc["drift"]["local1"]
     assert "toolkit not installed" in doc["drift"]["local1"]
     text = run_cli("status", str(inv))
-    assert text.returncode == 5
-    assert "driver not installed" in text.stdout and "Drift on 1 of 1 node(s)" in text.stdout
+    assert text.returncode == 0, text.stdout + text.stderr
+    assert "Note: local1: no NVIDIA GPU and gpustack_require_gpu is false" in text.stdout
+    assert "driver not installed" in text.stdout and "No drift on 1 node(s)" in text.stdout
     assert len(runs_started(state_dir)) == 2
 
 
