@@ -96,3 +96,20 @@ def test_state_handed_between_roles_in_internal_variables_is_in_the_specs():
         for role in {owner} | (users - {"playbooks"}):
             text = (ROOT / "roles" / role / "meta/argument_specs.yml").read_text()
             assert variable in text, f"{variable} (used by {sorted(users)}) not in {role}'s spec"
+
+
+def test_every_entry_point_spec_accepts_the_roles_defaults():
+    """Each entry point's spec is well formed and agrees with defaults/main.yml, checked by
+    Ansible's own validator (what the role's validation task runs)."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+    for role in sorted(p for p in (ROOT / "roles").iterdir() if p.is_dir()):
+        defaults = yaml.safe_load((role / "defaults/main.yml").read_text()) or {}
+        for entry, spec in _specs(role.name).items():
+            options = spec.get("options") or {}
+            provided = {k: v for k, v in defaults.items() if k in options}
+            sample = {"list": ["x"], "dict": {"x": 1}, "bool": True, "int": 1}
+            provided.update({k: (o.get("choices") or [sample.get(o.get("type"), "x")])[0]
+                             for k, o in options.items() if o.get("required")})  # fmt: skip
+            result = ArgumentSpecValidator(options).validate(provided)
+            assert not result.error_messages, (role.name, entry, result.error_messages)
