@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Build the execution environment of execution-environment.yml (docs/collection.md):
 #   scripts/ee-build.sh                 # collection tarball + build context in ee/context (no engine needed)
-#   scripts/ee-build.sh --build ARGS    # also `ansible-builder build ARGS` (needs podman/docker and
-#                                       # the base image's registry, e.g. -t REGISTRY/gpustack-ee:TAG
-#                                       # --build-arg EE_BASE_IMAGE=REGISTRY/base:TAG)
+#   scripts/ee-build.sh --build ARGS    # also `ansible-builder build ARGS` (needs podman or docker
+#                                       # and the base image, e.g. -t localhost/gpustack-ee:TAG; the
+#                                       # default base is made by `python -m gpustack.lab.ee base`)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}

@@ -106,7 +106,7 @@ def image_name(spec: OsSpec) -> str:
     return f"localhost/gpustack-node:{spec.key}-{recipe_hash(spec)}"
 
 
-def _sources(spec: OsSpec) -> str:
+def apt_sources(spec: OsSpec) -> str:
     suites = [spec.suite] + ([f"{spec.suite}-updates"] if spec.updates else [])
     text = (
         f"Types: deb\nURIs: {mirror_url()}\nSuites: {' '.join(suites)}\nComponents: main\n"
@@ -131,7 +131,7 @@ def configure_script(spec: OsSpec) -> str:
     return f"""set -e
 rm -f /etc/apt/sources.list /etc/ssh/ssh_host_*
 cat > /etc/apt/sources.list.d/debian.sources <<'EOS'
-{_sources(spec)}EOS
+{apt_sources(spec)}EOS
 cat > /etc/apt/apt.conf.d/90gpustack-lab <<'EOS'
 {apt_conf}EOS
 cat > {INIT_CGROUP2} <<'EOS'

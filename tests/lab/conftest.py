@@ -20,6 +20,7 @@ LONGEST_FIRST = (
     "test_runtime.py",
     "test_containerd_v1_schema.py",
     "test_real_cluster.py",
+    "test_execution_environment.py",  # its image build and job; the base image is cached
     "test_molecule_default.py",
     "test_credentials.py",
     "test_driver.py",

@@ -1,9 +1,9 @@
 """The repository as the Ansible collection gpustack.gpustack: metadata, what the tarball holds,
 names the roles call, and the execution environment's build context (docs/collection.md).
 
-The execution environment image itself is not built here (no container registry is reachable):
-`ansible-builder create` renders its build context, and the galaxy stage's install command and
-the builder stage's dependency introspection run on that context, outside a container.
+Here `ansible-builder create` renders the execution environment's build context, and the galaxy
+stage's install command and the builder stage's dependency introspection run on that context,
+outside a container; tests/lab/test_execution_environment.py builds the image and runs it.
 """
 
 import re
@@ -136,6 +136,11 @@ def test_execution_environment_context_installs_the_collection(tmp_path):
     assert f'ARG EE_BASE_IMAGE="{base}"' in containerfile  # --build-arg EE_BASE_IMAGE=... overrides
     assert "FROM $EE_BASE_IMAGE AS base" in containerfile
     assert "ansible-galaxy collection install" in containerfile
+    # A Debian base: apt-get, its package lists read before the first install, Debian's pip
+    # (its python3 refuses the ensurepip step ansible-builder would otherwise run).
+    assert 'ARG PKGMGR="/usr/bin/apt-get"' in containerfile
+    assert containerfile.index("apt-get update") < containerfile.index("$PKGMGR install $PYPKG")
+    assert "pip_install $PYCMD" not in containerfile
     build = context / "_build"
     # The galaxy stage's command (WORKDIR /build), run on the rendered context: offline, the
     # collection comes from the tarball the definition copies in.

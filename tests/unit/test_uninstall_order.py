@@ -20,12 +20,12 @@ def test_uninstall_runs_in_reverse_lifecycle_order():
     assert roles == [
         ("gpu_preflight", None),
         # before any change: the toolkit alone does not go while nvidia is the default runtime
-        ("container_runtime", "toolkit_guard.yml"),
+        ("container_runtime", "toolkit_guard"),
         ("dpkg_ready", None),  # an interrupted dpkg is finished before any package is removed
-        ("nvidia_mig", "uninstall.yml"),
-        ("container_runtime", "uninstall.yml"),
-        ("nvidia_container_toolkit", "uninstall.yml"),
-        ("nvidia_driver", "uninstall.yml"),
+        ("nvidia_mig", "uninstall"),
+        ("container_runtime", "uninstall"),
+        ("nvidia_container_toolkit", "uninstall"),
+        ("nvidia_driver", "uninstall"),
     ]
     (site,) = yaml.safe_load((ROOT / "playbooks/site.yml").read_text())
     assert "roles" not in site

@@ -7,9 +7,10 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import urllib3
 import yaml
@@ -36,6 +37,23 @@ class Clock:
 
     def sleep(self, seconds: float) -> None:
         time.sleep(seconds)
+
+
+Seen = TypeVar("Seen")
+
+
+def poll(observe: Callable[[], tuple[Seen, bool]], timeout: float, interval: float, clock: Clock
+         ) -> tuple[Seen, float]:  # fmt: skip
+    """Call `observe` (-> what it saw, whether that is all that was waited for) until it is done
+    or `timeout` seconds have passed, `interval` seconds apart; it runs at least once. Returns
+    the last observation and the seconds the wait took."""
+    start = clock.now()
+    while True:
+        seen, done = observe()
+        elapsed = clock.now() - start
+        if done or elapsed >= timeout:
+            return seen, elapsed
+        clock.sleep(interval)
 
 
 @dataclass

@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpustack.errors import BadInput, GpustackError
 from gpustack.k8s.cluster.checks import FAILED, PASSED, SKIPPED
-from gpustack.k8s.cluster.connect import Clock, Cluster, api_hint, call, status_message
+from gpustack.k8s.cluster.connect import Clock, Cluster, api_hint, call, poll, status_message
 from gpustack.k8s.cluster.pods import POLL_SECONDS, pod_name, run_pods
 from gpustack.k8s.manifests import (
     DRA_DRIVER,
@@ -125,8 +125,8 @@ def wait_devices(cluster, config: ClusterConfig, names, candidates, clock: Clock
     """
     if not candidates:
         return {}
-    start = clock.now()
-    while True:
+
+    def observe():
         devices = node_devices(cluster)
         seen = {h: devices.get(names[h], []) for h in candidates}
         done = set()
@@ -134,10 +134,9 @@ def wait_devices(cluster, config: ClusterConfig, names, candidates, clock: Clock
             covered = covered_gpus(seen[host])
             if len(covered) == gpus.count and (gpus.uuids is None or covered == set(gpus.uuids)):
                 done.add(host)
-        elapsed = clock.now() - start
-        if len(done) == len(candidates) or elapsed >= config.capacity_timeout:
-            break
-        clock.sleep(POLL_SECONDS)
+        return (seen, done), len(done) == len(candidates)
+
+    (seen, done), elapsed = poll(observe, config.capacity_timeout, POLL_SECONDS, clock)
     ready = {}
     for host, (report, gpus) in candidates.items():
         kinds: dict[str, int] = {}

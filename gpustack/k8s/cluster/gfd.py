@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpustack.errors import GpustackError
 from gpustack.k8s.cluster.checks import FAILED, PASSED, SKIPPED, NodeReport
-from gpustack.k8s.cluster.connect import Clock, Cluster, api_hint, status_message
+from gpustack.k8s.cluster.connect import Clock, Cluster, api_hint, poll, status_message
 from gpustack.k8s.manifests import ClusterConfig
 
 NFD_API = "/apis/nfd.k8s-sigs.io/v1alpha1"
@@ -70,14 +70,13 @@ def check_labels(
     """
     if not config.gfd_enabled or not reports:
         return
-    start = clock.now()
-    while True:
+
+    def observe():
         nodes = {n["metadata"]["name"]: n for n in cluster.list_all("/api/v1/nodes", "list nodes")}
         missing = [r for r in reports if not has_gfd_labels(nodes.get(r.node) or {})]
-        elapsed = clock.now() - start
-        if not missing or not nfd_api or elapsed >= config.capacity_timeout:
-            break
-        clock.sleep(POLL_SECONDS)
+        return nodes, not missing or not nfd_api
+
+    nodes, elapsed = poll(observe, config.capacity_timeout, POLL_SECONDS, clock)
     for report in reports:
         labels = (nodes.get(report.node) or {}).get("metadata", {}).get("labels") or {}
         if GFD_LABEL in labels:

@@ -29,7 +29,7 @@ from gpustack.fleet import doctor
 from gpustack.fleet.mig import expected_resources, resource_drift
 from gpustack.k8s.cluster import dra, gfd, gpu_resources, metrics
 from gpustack.k8s.cluster.checks import FAILED, PASSED, SKIPPED, NodeReport
-from gpustack.k8s.cluster.connect import Clock, Cluster
+from gpustack.k8s.cluster.connect import Clock, Cluster, poll
 from gpustack.k8s.cluster.pods import POLL_SECONDS, pod_name, run_pods
 from gpustack.k8s.manifests import ClusterConfig, render_verify_pod
 
@@ -202,8 +202,8 @@ def _wait_capacity(cluster, config, targets, candidates, clock) -> dict[str, dic
     expected = {h: g.count * per for h, (_, g) in candidates.items()}
     names = {t.host: t.node_name for t in targets if t.host in candidates}
     layouts = mig_layouts(targets, config) if config.mig_strategy != "none" else {}
-    start = clock.now()
-    while True:
+
+    def observe():
         nodes = {n["metadata"]["name"]: n for n in cluster.list_all("/api/v1/nodes", "list nodes")}
         seen = {h: gpu_resources.gpu_allocatable(nodes.get(names[h]) or {}) for h in candidates}
         if config.capacity_predictable:
@@ -211,10 +211,9 @@ def _wait_capacity(cluster, config, targets, candidates, clock) -> dict[str, dic
         else:
             done = {h for h in candidates if sum(seen[h].values()) > 0}
         done = {h for h in done if h not in layouts or not resource_drift(layouts[h], seen[h])}
-        elapsed = clock.now() - start
-        if len(done) == len(candidates) or elapsed >= config.capacity_timeout:
-            break
-        clock.sleep(POLL_SECONDS)
+        return (nodes, seen, done), len(done) == len(candidates)
+
+    (nodes, seen, done), elapsed = poll(observe, config.capacity_timeout, POLL_SECONDS, clock)
     ready = {}
     for host, (report, gpus) in candidates.items():
         shown = ", ".join(f"{k}: {v}" for k, v in seen[host].items() if v) or f"{resource}: 0"
