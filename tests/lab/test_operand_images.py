@@ -52,15 +52,18 @@ def test_the_device_plugin_image_runs_nvidias_commands_and_says_there_is_no_gpu(
     images, _ = loaded
     ref = images["device_plugin"].refs[0]
     version = f"v{components.DEVICE_PLUGIN_VERSION}"
+    # config-manager has no --version flag (it prints its version with its usage)
     for command in ("nvidia-device-plugin", "gpu-feature-discovery", "mps-control-daemon"):
         proc = ctr_run(ref, f"{LAB}-{command}", command, "--version")
         assert proc.returncode == 0, proc.stderr
         assert version in proc.stdout, proc.stdout
-    # No GPU and no NVIDIA library in the node: NVML cannot be loaded, and with the default
-    # fail-on-init-error the plugin exits non-zero saying so (never a device it does not have).
-    proc = ctr_run(ref, f"{LAB}-plugin", "nvidia-device-plugin")
+    # No GPU and no NVIDIA library in the node: with the default fail-on-init-error the plugin
+    # exits non-zero saying NVML cannot be loaded (never a device it does not have). Its socket
+    # directory comes first (the kubelet's hostPath in a cluster).
+    proc = ctr_run(ref, f"{LAB}-plugin", "sh", "-c",
+                   "mkdir -p /var/lib/kubelet/device-plugins && exec nvidia-device-plugin")  # fmt: skip
     assert proc.returncode != 0
-    assert "NVML" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert "Failed to initialize NVML: ERROR_LIBRARY_NOT_FOUND" in proc.stdout + proc.stderr
 
 
 def test_the_verify_image_has_a_shell_and_glibc_but_no_nvidia_smi_of_its_own(loaded):
