@@ -324,7 +324,7 @@ def device_plugin_image(log: Callable[[str], None] = lambda _: None) -> OperandI
         _busybox(root, "/busybox", ("sh", "ls", "cat", "mount", "umount", "sleep"))
         (root / "bin").mkdir(exist_ok=True)
         (root / "bin/sh").symlink_to("/busybox/sh")
-        license_text = _module_dir(component.module, component.version) / "LICENSE"
+        license_text = module_source(component.module, component.version) / "LICENSE"
         _install(root, license_text, "/licenses/LICENSE", 0o644)
         return {
             "Env": [
@@ -425,7 +425,7 @@ def build_all(log: Callable[[str], None] = lambda _: None) -> dict[str, OperandI
     }
 
 
-def _module_dir(module: str, version: str) -> Path:
+def module_source(module: str, version: str) -> Path:
     """The module's source in the Go module cache (downloaded when missing)."""
     with tempfile.TemporaryDirectory(prefix="gpustack-modsrc-") as tmp:
         proc = subprocess.run(
@@ -448,7 +448,7 @@ def _module_dir(module: str, version: str) -> Path:
 
 
 def _kubernetes_source() -> Path:
-    return _module_dir("k8s.io/kubernetes", components.KUBERNETES_VERSION)
+    return module_source("k8s.io/kubernetes", components.KUBERNETES_VERSION)
 
 
 # -- into a lab node ---------------------------------------------------------------------
