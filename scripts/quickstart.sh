@@ -2,8 +2,10 @@
 # The main job on a local lab: set up, start 2 podman nodes, `gpustack install`, `gpustack status`.
 #
 # This machine reaches Debian's archive but not NVIDIA's repositories, so the toolkit comes from
-# the clearly labelled TEST FIXTURE repository built by tests/fixtures/lab_fixtures.py, and the
-# nodes get Debian's containerd first (the runtime gpustack then wires). The driver is Debian's.
+# the labelled local repository built by tests/fixtures/lab_fixtures.py (NVIDIA's runtime, CLI
+# and hooks built from their Go module when Go is installed; libnvidia-container a TEST FIXTURE
+# stand-in), and the nodes get Debian's containerd first (the runtime gpustack then wires). The
+# driver is Debian's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh

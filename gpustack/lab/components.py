@@ -33,6 +33,14 @@ from gpustack.errors import LabError
 KUBERNETES_VERSION = "1.36.3"
 ETCD_VERSION = "3.6.16"
 KWOK_VERSION = "0.8.0"
+# NVIDIA's operands. gpustack renders k8s-device-plugin v0.20.0 by default, but the Go module
+# proxy answers 403 for that version (and for v0.19.2); v0.19.3 is the newest it serves.
+DEVICE_PLUGIN_VERSION = "0.19.3"
+DEVICE_PLUGIN_COMMIT = "570e776d6813cb9f3e9c8c105cf8d79989db6650"  # the proxy's Origin of v0.19.3
+CONTAINER_TOOLKIT_VERSION = "1.20.2"
+# Upstream's Makefiles link every command with these: NVML (and libnvidia-container's symbols)
+# are looked up at run time, so nothing of NVIDIA's is needed to build.
+_NVIDIA_EXTLDFLAGS = "-Wl,--export-dynamic -Wl,--unresolved-symbols=ignore-in-object-files"
 
 CACHE_ENV = "GPUSTACK_COMPONENTS_CACHE"
 
@@ -123,7 +131,58 @@ KWOK = GoComponent(
     ),
 )
 
-COMPONENTS: dict[str, GoComponent] = {c.name: c for c in (KUBERNETES, ETCD, KWOK)}
+# The commands upstream's image carries (deployments/container/Dockerfile: /usr/bin/config-manager,
+# gpu-feature-discovery, mps-control-daemon, nvidia-device-plugin), built as its Makefile's
+# `cmds` target builds them: cgo on (go-nvml dlopens libnvidia-ml.so.1), the version stamped.
+DEVICE_PLUGIN = GoComponent(
+    name="k8s-device-plugin",
+    version=DEVICE_PLUGIN_VERSION,
+    module="github.com/NVIDIA/k8s-device-plugin",
+    packages=tuple(
+        f"github.com/NVIDIA/k8s-device-plugin/cmd/{cmd}"
+        for cmd in (
+            "nvidia-device-plugin",
+            "gpu-feature-discovery",
+            "mps-control-daemon",
+            "config-manager",
+        )
+    ),
+    ldflags=(
+        f"'-extldflags={_NVIDIA_EXTLDFLAGS}'",
+        f"-X github.com/NVIDIA/k8s-device-plugin/internal/info.version=v{DEVICE_PLUGIN_VERSION}",
+        f"-X github.com/NVIDIA/k8s-device-plugin/internal/info.gitCommit={DEVICE_PLUGIN_COMMIT}",
+    ),
+    cgo=True,
+)
+
+# The commands of upstream's nvidia-container-toolkit-base package (nvidia-container-runtime,
+# nvidia-ctk, nvidia-cdi-hook) and nvidia-container-toolkit package (the legacy prestart hook):
+# packaging/debian/*.install in the module. libnvidia-container (nvidia-container-cli) is C and
+# not a Go module: it is not built here.
+CONTAINER_TOOLKIT = GoComponent(
+    name="nvidia-container-toolkit",
+    version=CONTAINER_TOOLKIT_VERSION,
+    module="github.com/NVIDIA/nvidia-container-toolkit",
+    packages=tuple(
+        f"github.com/NVIDIA/nvidia-container-toolkit/cmd/{cmd}"
+        for cmd in (
+            "nvidia-container-runtime",
+            "nvidia-ctk",
+            "nvidia-cdi-hook",
+            "nvidia-container-runtime-hook",
+        )
+    ),
+    ldflags=(
+        f"'-extldflags={_NVIDIA_EXTLDFLAGS} -Wl,-z,lazy'",
+        "-X github.com/NVIDIA/nvidia-container-toolkit/internal/info.version="
+        + CONTAINER_TOOLKIT_VERSION,
+    ),
+    cgo=True,
+)
+
+COMPONENTS: dict[str, GoComponent] = {
+    c.name: c for c in (KUBERNETES, ETCD, KWOK, DEVICE_PLUGIN, CONTAINER_TOOLKIT)
+}
 
 # The wrapper's own main packages (etcd has no main package in a module of its own).
 _WRAPPER_MAINS = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -48,11 +49,23 @@ def first_line(*texts: str | None, width: int = 240) -> str:
     return ""
 
 
+# NVIDIA's Go tools (nvidia-ctk, the runtime) log with logrus: `time=... level=error msg="..."`.
+_LOGRUS_ERROR = re.compile(r'level=(?:error|fatal) msg="((?:[^"\\]|\\.)*)"')
+
+
 def ran(result: dict | None) -> str:
-    """'exit N: first line of output' for a command result."""
+    """'exit N: why' for a command result: a failed command's first logrus error message (the
+    real nvidia-ctk prints warnings before it), else the first line of its output."""
     if not result:
         return ""
-    message = first_line(result.get("stderr"), result.get("stdout"))
+    message = ""
+    if result.get("rc") not in (0, None):
+        for text in (result.get("stderr"), result.get("stdout")):
+            found = _LOGRUS_ERROR.search(text or "")
+            if found:
+                message = first_line(found.group(1).replace('\\"', '"').replace("\\n", " "))
+                break
+    message = message or first_line(result.get("stderr"), result.get("stdout"))
     return f"exit {result.get('rc')}" + (f": {message}" if message else "")
 
 

@@ -1,7 +1,8 @@
 """A version-1 containerd configuration (no `version` key, plugin `cri`) with the deprecated
 `[plugins.cri.containerd.default_runtime]` table, as clusters set up for containerd 1.2-1.4 still
 carry it, on the real containerd of each lab OS: 1.6.20 (Debian 12), 1.7.24 (Debian 13) and 2.1.x
-(forky), with the stand-in toolkit packages of tests/fixtures/lab_fixtures.py.
+(forky), with the toolkit packages of tests/fixtures/lab_fixtures.py (NVIDIA's runtime built from
+its Go module, libnvidia-container a stand-in).
 
 containerd 1.6/1.7 load such a table as the runtime "default" and make it the default runtime
 (pkg/cri/config/config.go@v1.6.20, ValidatePluginConfig); `containerd config dump` still prints it

@@ -158,7 +158,7 @@ def test_install_with_credentialed_mirrors_leaves_the_password_nowhere(lab):
         facts = doc["hosts"][host]["facts"]
         assert facts["gpustack_driver"]["installed_version"] == lab["driver"]["versions"][-1]
         assert facts["gpustack_driver"]["state"] == "installed, not loaded: no NVIDIA device"
-        assert facts["gpustack_toolkit"]["installed_version"] == lab_fixtures.VERSIONS[-1]
+        assert facts["gpustack_toolkit"]["installed_version"] == lab_fixtures.BUILT_VERSION
     # the same again: the fast path (stamps with secret digests) skips both hosts
     again = gpustack(lab, "install again", "install", inv, "-e", varsfile, "--output", "json",
                      env=toolkit_env())  # fmt: skip
@@ -524,7 +524,7 @@ def test_kill_after_and_during_writing_the_toolkit_source_does_not_poison_the_re
                          env=toolkit_env())  # fmt: skip
         assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-2000:]
         host = json.loads(rerun.stdout)["hosts"][N1]
-        assert host["facts"]["gpustack_toolkit"]["installed_version"] == lab_fixtures.VERSIONS[-1]
+        assert host["facts"]["gpustack_toolkit"]["installed_version"] == lab_fixtures.BUILT_VERSION
         assert f"/{path}/" in ssh(lab["inventory"], N1, f"cat {source}").stdout
         assert ssh(lab["inventory"], N1, "ls /var/lib/gpustack/apt-txn/").stdout.strip() == ""
         third = gpustack(lab, f"third run ({label})", *args, "--output", "json", env=toolkit_env())

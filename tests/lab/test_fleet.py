@@ -88,7 +88,7 @@ def test_install_then_status_shows_no_drift(lab):
         row = doc["nodes"][node]
         assert row["driver"]["installed"] == OLD and row["driver"]["desired"] == OLD
         assert row["driver"]["held"] is True
-        assert row["toolkit"]["installed"] == lab_fixtures.VERSIONS[-1]
+        assert row["toolkit"]["installed"] == lab_fixtures.BUILT_VERSION
         runtime = row["runtime"]
         assert (runtime["kind"], runtime["wired"], runtime["detail"]) == (
             "containerd",

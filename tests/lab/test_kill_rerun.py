@@ -122,7 +122,10 @@ def test_hostile_start_states_get_clear_results_and_spare_the_other_host(lab, tm
     inventory, varsfile = lab
     good, bad = NODES
     # interrupted dpkg on `good` (a package unpacked, never configured): recovered and said
-    deb = "/srv/gpustack-fixture-repo/stable/deb/amd64/libnvidia-container1_1.18.0-1~gpustackfixture_amd64.deb"
+    deb = (
+        f"{lab_fixtures.REPO_IN_NODE}/stable/deb/amd64/"
+        f"libnvidia-container1_{lab_fixtures.BUILT_VERSION}_amd64.deb"  # the version installed
+    )
     assert (
         ssh(
             inventory, good, f"apt-mark unhold libnvidia-container1; dpkg --unpack {deb}"

@@ -1,11 +1,14 @@
 """Toolkit and merge-safe containerd wiring on real containerd 1.6 (Debian 12), 1.7 (Debian 13)
-and 2.1 (forky), with the stand-in toolkit packages of tests/fixtures/lab_fixtures.py.
+and 2.1 (forky), with the toolkit packages of tests/fixtures/lab_fixtures.py: NVIDIA's
+nvidia-container-runtime, nvidia-ctk and hooks built from their Go module (version
+1.20.2-1~gpustackbuilt, the newest there), and the stand-in versions for the pin and upgrade path.
 
 For every starting configuration of the corpus: every key/value of `containerd config dump`
 before the install is unchanged after it (only `imports` and the nvidia runtime are added),
 the nvidia runtime carries runc's options, containerd runs, a container starts through
-/usr/bin/nvidia-container-runtime, a second run changes nothing, and uninstall returns the
-dump and the file to what they were.
+NVIDIA's real /usr/bin/nvidia-container-runtime (which, asked for no GPU, passes the container
+to runc unchanged), a second run changes nothing, and uninstall returns the dump and the file to
+what they were.
 """
 
 from __future__ import annotations
@@ -108,6 +111,11 @@ def lab(tmp_path_factory):
         proc = run_cli("install", str(inventory), "--tags", "nvidia_container_toolkit",
                            "-e", f"@{varsfile}")  # fmt: skip
         assert proc.returncode == 0, proc.stdout + proc.stderr
+        for node in NODES:  # the newest in the lab's repository: NVIDIA's runtime built here
+            version = ssh(inventory, node, "dpkg-query -W -f '${Version}' nvidia-container-toolkit")
+            assert version.stdout == lab_fixtures.BUILT_VERSION, version.stdout
+            runtime = ssh(inventory, node, f"{BIN} --version").stdout
+            assert runtime.startswith("NVIDIA Container Runtime version 1.20.2"), runtime
         yield inventory, varsfile
 
 
@@ -179,7 +187,10 @@ def test_corpus_keeps_every_setting_and_adds_nvidia(lab, case):
         facts = doc["hosts"][node]["facts"]["gpustack_runtime"]
         assert facts["wired"] is True and facts["container_check"] == "passed", facts
         assert ssh(inventory, node, "systemctl is-active containerd").stdout.strip() == "active"
-        assert "gpustack-verify" in ssh(inventory, node, f"cat {lab_fixtures.RUNTIME_LOG}").stdout
+        log = ssh(inventory, node, f"cat {lab_fixtures.RUNTIME_LOG}").stdout
+        assert "gpustack-verify" in log
+        # NVIDIA's runtime (internal/modifier/cdi.go): no GPU asked for, the spec goes to runc as is
+        assert "No devices requested; no modification required." in log
 
     rc, again = install(inventory, varsfile, only=WIRING_ONLY)
     assert rc == 0

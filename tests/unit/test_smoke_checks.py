@@ -450,3 +450,30 @@ def test_gpu_checks_are_absent_not_failed_without_a_device():
     assert "no NVIDIA device to expose" in container.summary
     assert report.check("runtime_config").status == "pass"
     assert report.verdict == "no NVIDIA device"
+
+
+# What NVIDIA's nvidia-ctk 1.20.2, built from its Go module, printed for `cdi generate` on a lab
+# node with Debian's driver 535 installed and not loaded (tests/lab/test_smoke.py, 2026-12-04):
+# warnings first, the reason last.
+CTK_DRIVER_NOT_LOADED = (
+    'time="2026-12-04T19:13:26Z" level=warning msg="Ignoring error in locating libnvidia-sandboxutils.so.1: libnvidia-sandboxutils.so.1: not found\\nlibnvidia-sandboxutils.so.1: not found"\n'
+    'time="2026-12-04T19:13:26Z" level=warning msg="Failed to init nvsandboxutils: ERROR_LIBRARY_LOAD; ignoring"\n'
+    'time="2026-12-04T19:13:26Z" level=info msg="Using /usr/lib/x86_64-linux-gnu/nvidia/current/libnvidia-ml.so.535.309.01"\n'
+    'time="2026-12-04T19:13:26Z" level=info msg="Auto-detected mode as \'nvml\'"\n'
+    'time="2026-12-04T19:13:26Z" level=warning msg="Could not determine driver version: libnvsandboxutils is not available\\nfailed to initialize nvml: Driver Not Loaded"\n'
+    'time="2026-12-04T19:13:26Z" level=error msg="failed to generate CDI spec: failed to create device CDI specs: failed to construct device spec generators: failed to initialize NVML: Driver Not Loaded"\n'
+)
+
+
+def test_a_failed_nvidia_ctk_is_summarised_by_its_error_not_its_first_warning():
+    facts = gpu_host()
+    facts["gpustack_smoke"]["cdi"]["generate"] = cmd(
+        ["nvidia-ctk", "cdi", "generate"], rc=1, stderr=CTK_DRIVER_NOT_LOADED
+    )
+    cdi = checks.host_smoke("gpu1", facts).check("cdi")
+    assert cdi.status == "fail"
+    assert cdi.summary == (
+        "nvidia-ctk cdi generate: exit 1: failed to generate CDI spec: failed to create device "
+        "CDI specs: failed to construct device spec generators: failed to initialize NVML: "
+        "Driver Not Loaded"
+    )
