@@ -14,7 +14,7 @@ from pathlib import Path
 from gpustack.errors import LabError
 from gpustack.lab import kubelets
 from gpustack.lab.control_plane import ControlPlane
-from gpustack.lab.image_archive import pause_archive
+from gpustack.lab.operand_images import pause_image
 from gpustack.lab.podman import run
 
 
@@ -42,10 +42,12 @@ def up(name: str, lab_dir: Path, nodes, log=print) -> Path:
     cp = control_plane(lab_dir)
     log(f"Kubernetes control plane for lab {name} (building components if missing)")
     admin = cp.start(log)
-    pause = pause_archive()
+    pause = pause_image(log)
     for index, node in enumerate(nodes):
         log(f"kubelet on {node.name}")
-        kubelets.join(cp, node.container, node.name, index + 1, name, cp.server, pause)
+        kubelets.join(
+            cp, node.container, node.name, index + 1, name, cp.server, pause.archive, pause.refs[0]
+        )
     kubelets.wait_ready(cp, [n.name for n in nodes])
     kubeconfig = lab_dir / "kubeconfig"
     shutil.copy2(admin, kubeconfig)

@@ -5,8 +5,8 @@ What a node gets (each step is idempotent; `join` can run again on a joined node
 - a CNI `bridge` network of its own (10.244.<index>.0/24; no traffic between nodes is needed:
   the lab's pods talk to nothing but their node);
 - the pause image: Kubernetes' own build/pause/linux/pause.c, compiled here (no registry is
-  reachable), imported under the sandbox image name the node's containerd asks for, so that
-  containerd's configuration stays the user's;
+  reachable; operand_images.pause_image), also named as the sandbox image the node's containerd
+  asks for, so that containerd's configuration stays the user's;
 - the kubelet built by components.py, with its own client certificate (CN=system:node:NAME,
   O=system:nodes: the Node authorizer and NodeRestriction apply), webhook authentication and
   authorization, the cgroupfs driver (Debian's containerd runs runc without SystemdCgroup), as
@@ -243,13 +243,14 @@ def join(
     lab: str,
     server: str,
     pause_archive: Path,
+    pause_ref: str,
 ) -> None:
     """Make the lab node `container` a Kubernetes node named `node`."""
     bins = components.ensure(("kubernetes",))["kubernetes"]
     ensure_packages(container)
     restrict_oom_score_adj(container)
     pause = sandbox_image(container)
-    _import_pause(container, pause_archive, pause)
+    _import_pause(container, pause_archive, pause_ref, pause)
     pod_cidr = POD_CIDR.format(index=index)
     with tempfile.TemporaryDirectory(prefix="gpustack-kubelet-") as tmp:
         work = Path(tmp)
@@ -284,16 +285,19 @@ def join(
     )
 
 
-def _import_pause(container: str, archive: Path, name: str) -> None:
+def _import_pause(container: str, archive: Path, source_ref: str, name: str) -> None:
     listed = _exec(container, "ctr -n k8s.io images ls -q", check=False).stdout.decode().split()
     if name in listed:
         return
     import_image(container, archive)
-    # The archive carries the image as `gpustack.local/pause:<k8s version>`; give it the
-    # name the node's containerd asks for, without touching containerd's configuration.
-    source = _exec(container, "ctr -n k8s.io images ls -q | grep '^gpustack.local/pause:'")
-    ref = source.stdout.decode().split()[0]
-    _exec(container, f"ctr -n k8s.io images tag --force {ref} {shlex.quote(name)} >/dev/null")
+    if name != source_ref:
+        # The node's containerd asks for another pause tag than the pinned release's: give the
+        # image that name too, without touching containerd's configuration.
+        _exec(
+            container,
+            f"ctr -n k8s.io images tag --force {shlex.quote(source_ref)} {shlex.quote(name)}"
+            " >/dev/null",
+        )
 
 
 def wait_ready(cp: ControlPlane, nodes: list[str], timeout: float = 180) -> None:

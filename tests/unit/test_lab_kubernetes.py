@@ -1,17 +1,14 @@
 """The lab's Kubernetes pieces that need no cluster: pins, the wrapper module's replaces, the
-certificates' subjects, the kubelet and CNI configuration, image archives."""
+certificates' subjects, the kubelet and CNI configuration."""
 
 from __future__ import annotations
-
-import json
-import tarfile
 
 import pytest
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from gpustack.errors import LabError
-from gpustack.lab import components, image_archive, kubelets
+from gpustack.lab import components, kubelets
 from gpustack.lab.pki import Pki, kubeconfig
 
 GOMOD = """module k8s.io/kubernetes
@@ -89,21 +86,3 @@ def test_kubelet_and_cni_configuration():
     cni = kubelets.cni_config("10.244.3.0/24")
     assert cni["plugins"][0]["ipam"]["ranges"] == [[{"subnet": "10.244.3.0/24"}]]
     assert cni["plugins"][0]["ipMasq"] is False
-
-
-def test_image_archive_is_a_docker_archive(tmp_path):
-    dest = image_archive.write_archive(
-        tmp_path / "i.tar", "gpustack.local/x:1", {"/bin/x": (b"#!/bin/sh\n", 0o755)}, ["/bin/x"]
-    )
-    with tarfile.open(dest) as tar:
-        manifest = json.load(tar.extractfile("manifest.json"))
-        config = json.load(tar.extractfile(manifest[0]["Config"]))
-        with tarfile.open(fileobj=tar.extractfile(manifest[0]["Layers"][0])) as layer:
-            assert layer.getmember("bin/x").mode == 0o755
-    assert manifest[0]["RepoTags"] == ["gpustack.local/x:1"]
-    assert config["config"]["Entrypoint"] == ["/bin/x"]
-    assert len(config["rootfs"]["diff_ids"]) == 1
-    again = image_archive.write_archive(
-        tmp_path / "j.tar", "gpustack.local/x:1", {"/bin/x": (b"#!/bin/sh\n", 0o755)}, ["/bin/x"]
-    )
-    assert again.read_bytes() == dest.read_bytes()  # reproducible
