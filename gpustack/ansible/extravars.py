@@ -23,7 +23,7 @@ from typing import Any
 
 from gpustack import credentials
 from gpustack.ansible import vault
-from gpustack.ansible.input_files import check_files, printable
+from gpustack.ansible.input_files import check_files, printable, readable
 from gpustack.ansible.inventory import TooLarge, plain
 from gpustack.errors import BadInput
 
@@ -92,7 +92,7 @@ def _load_file(name: str, where: str) -> tuple[Path, Any]:
     path = Path(name).expanduser()
     if not path.exists():
         raise BadInput(f"{where}: file not found", "give the path of a YAML or JSON file") from None
-    if not path.is_file() or not _readable(path):
+    if not path.is_file() or not readable(path):
         raise BadInput(f"{where}: not a readable file", "give the path of a YAML or JSON file")
     path = path.resolve()
     check_files(path, where)
@@ -183,12 +183,3 @@ def _register_all(value: Any) -> None:
             _register_all(item)
     elif isinstance(value, str):
         vault.register(value)
-
-
-def _readable(path: Path) -> bool:
-    try:
-        with path.open("rb") as handle:
-            handle.read(1)
-    except OSError:
-        return False
-    return True

@@ -86,3 +86,14 @@ def _yaml_expanded_size(text: str) -> int:
         return sum(size(node) for node in nodes if node is not None)
     except RecursionError:
         return 0
+
+
+def readable(path: Path) -> bool:
+    """Whether the first byte of `path` can be read (a directory, a FIFO or a file without read
+    permission cannot)."""
+    try:
+        with path.open("rb") as handle:
+            handle.read(1)
+    except OSError:
+        return False
+    return True

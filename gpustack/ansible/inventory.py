@@ -16,7 +16,7 @@ from typing import Any
 
 from gpustack import paths
 from gpustack.ansible import INVENTORY_ENVIRONMENT
-from gpustack.ansible.input_files import check_files, printable
+from gpustack.ansible.input_files import check_files, printable, readable
 from gpustack.errors import BadInput
 
 TARGET_GROUP = "gpu_nodes"
@@ -97,7 +97,7 @@ def load_inventory(path: str | Path, limit: str | None = None) -> Inventory:
             f"inventory {path} does not exist",
             "pass the path of an Ansible INI or YAML inventory (e.g. one from `gpustack lab up`)",
         )
-    if not os.access(inv_path, os.R_OK) or (inv_path.is_file() and not _readable(inv_path)):
+    if not os.access(inv_path, os.R_OK) or (inv_path.is_file() and not readable(inv_path)):
         raise BadInput(f"inventory {path} is not readable", "check the file's permissions")
     if not (inv_path.is_file() or inv_path.is_dir()):
         raise BadInput(f"inventory {path} is not a regular file or directory",
@@ -212,15 +212,6 @@ def check_limit(limit: str, manager, hosts: list[str]) -> None:
                 f"--limit element {element!r} matches no host or group of the inventory",
                 f"hosts: {shown}",
             )
-
-
-def _readable(path: Path) -> bool:
-    try:
-        with path.open("rb") as fh:
-            fh.read(1)
-    except OSError:
-        return False
-    return True
 
 
 class TooLarge(ValueError):

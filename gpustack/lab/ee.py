@@ -10,13 +10,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from gpustack.errors import GpustackError, LabError
-from gpustack.lab.images import OS_SPECS, apt_cache_dir, apt_sources, cache_lock, mirror_url
+from gpustack.errors import GpustackError
+from gpustack.lab.images import (
+    OS_SPECS,
+    apt_cache_dir,
+    apt_sources,
+    cache_lock,
+    import_rootfs,
+    mirror_url,
+)
 from gpustack.lab.nodes import ULIMITS
 from gpustack.lab.podman import LABEL, oci_runtime, run
 
@@ -91,21 +97,8 @@ def _build_base(image: str, log) -> None:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text)
         run(["chroot", str(root), "/bin/sh", "-c", base_script()])
-        tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
-        try:
-            proc = subprocess.run(
-                ["podman", "import", "--change", "CMD=/bin/bash",
-                 "--change", f"LABEL {LABEL}.recipe={base_recipe_hash()}", "-", image],
-                stdin=tar.stdout, capture_output=True,
-            )  # fmt: skip
-        finally:
-            tar.stdout.close()
-            tar.wait()
-        if proc.returncode != 0:
-            raise LabError(
-                f"podman import failed: {proc.stderr.decode().strip()}",
-                "check podman's storage (`podman info`)",
-            )
+        label = f"LABEL {LABEL}.recipe={base_recipe_hash()}"
+        import_rootfs(root, image, ["CMD=/bin/bash", label])
 
 
 def _remove_stale_images(keep: str) -> None:

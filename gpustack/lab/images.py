@@ -217,30 +217,8 @@ def ensure_image(spec: OsSpec, log=print) -> str:
                 cmd.append(f"/usr/share/debootstrap/scripts/{spec.script}")
             run(cmd, timeout=1800)
             run(["chroot", str(root), "/bin/sh", "-c", configure_script(spec)])
-            tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
-            try:
-                proc = subprocess.run(
-                    [
-                        "podman",
-                        "import",
-                        "--change",
-                        "CMD=/sbin/init",
-                        "--change",
-                        f"LABEL {LABEL}.recipe={recipe_hash(spec)}",
-                        "-",
-                        image,
-                    ],
-                    stdin=tar.stdout,
-                    capture_output=True,
-                )
-            finally:
-                tar.stdout.close()
-                tar.wait()
-            if proc.returncode != 0:
-                raise LabError(
-                    f"podman import failed: {proc.stderr.decode().strip()}",
-                    "check podman's storage (`podman info`)",
-                )
+            label = f"LABEL {LABEL}.recipe={recipe_hash(spec)}"
+            import_rootfs(root, image, ["CMD=/sbin/init", label])
         _remove_stale_images(spec, image)
     return image
 
@@ -252,3 +230,22 @@ def _remove_stale_images(spec: OsSpec, keep: str) -> None:
     for ref in listed.stdout.decode().split():
         if ref.startswith(f"localhost/gpustack-node:{spec.key}-") and ref != keep:
             run(["podman", "rmi", ref], check=False)
+
+
+def import_rootfs(root: Path, image: str, changes: list[str]) -> None:
+    """`tar -C root -c . | podman import --change ... - image`."""
+    tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
+    try:
+        proc = subprocess.run(
+            ["podman", "import", *(a for c in changes for a in ("--change", c)), "-", image],
+            stdin=tar.stdout,
+            capture_output=True,
+        )
+    finally:
+        tar.stdout.close()
+        tar.wait()
+    if proc.returncode != 0:
+        raise LabError(
+            f"podman import failed: {proc.stderr.decode().strip()}",
+            "check podman's storage (`podman info`)",
+        )
