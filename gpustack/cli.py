@@ -334,7 +334,10 @@ def upgrade(
         ),
     ] = 1,
     canary: Annotated[
-        int, typer.Option("--canary", min=0, max=MAX_NODES, help="First batch size; then pause.")
+        int,
+        typer.Option(
+            "--canary", min=0, max=MAX_NODES, metavar="N", help="First batch size; then pause."
+        ),
     ] = 0,
     canary_pause: Annotated[
         float,

@@ -240,7 +240,7 @@ def cached(component: GoComponent, go: str | None = None) -> Path | None:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)  # a second build of the same component waits
@@ -282,7 +282,7 @@ def build(component: GoComponent, log: Callable[[str], None] = lambda _: None) -
     """Build the component into the cache unless it is there; return its bin/ directory."""
     go = go_version()
     target = component_dir(component, go)
-    with _locked(cache_root() / f".{target.name}.lock"):
+    with locked(cache_root() / f".{target.name}.lock"):
         found = cached(component, go)
         if found:
             return found

@@ -281,7 +281,7 @@ def _build_image(
 ) -> OperandImage:
     """Lay out the root filesystem with `layout` (which returns the image's run config), write
     the archive into `directory`, cache it there."""
-    with components._locked(directory.parent / f".{directory.name}-{name}.lock"):
+    with components.locked(directory.parent / f".{directory.name}-{name}.lock"):
         inputs = _inputs()
         found = _cached(directory, refs, inputs)
         if found:

@@ -161,8 +161,9 @@ def print_status(rows: list[NodeStatus], kubernetes: bool, wide: bool = False) -
         lines = textwrap.wrap(f"Note: {note}", DEFAULT_WIDTH)
         stdout.print("\n[yellow]Note:[/]" + escape("\n".join(lines))[len("Note:") :])
     for r in rows:
-        for note in r.notes:
-            stdout.print(f"[cyan]Note:[/] {escape(r.host)}: {escape(note)}", soft_wrap=True)
+        for note in r.notes:  # wrapped as the note above: the default view fits 120 columns
+            text = "\n".join(textwrap.wrap(f"Note: {r.host}: {note}", DEFAULT_WIDTH))
+            stdout.print("[cyan]Note:[/]" + escape(text)[len("Note:") :], soft_wrap=True)
     mig = [r for r in rows if r.mig]
     if mig:
         stdout.print("\nMIG layouts:")

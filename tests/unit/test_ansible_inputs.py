@@ -86,7 +86,7 @@ def test_dash_h_is_help():
 def test_role_inputs_use_ansibles_validator_and_booleans():
     # Ansible's conversions: a comma-separated list, key=value dict, y/t booleans
     check_inputs({"nvidia_driver_packages": "a,b", "container_runtime_nvidia_runtime_extra":
-                  "k=v", "nvidia_driver_open_kernel_modules": "y", "gpustack_require_gpu": "t"})  # fmt: skip
+                  "k=v", "nvidia_driver_blacklist_nouveau": "y", "gpustack_require_gpu": "t"})  # fmt: skip
     assert is_true("y") and is_true("on") and is_true("T") and not is_true("off")
     with pytest.raises(BadInput) as err:
         check_inputs({"nvidia_driver_persistenced": "maybe"})

@@ -23,7 +23,7 @@ def test_help_shows_no_python_types(command):
 
 def test_ranges_and_values_read_as_words():
     upgrade = CliRunner().invoke(app, ["upgrade", "--help"]).output
-    assert "--max-parallel N" in upgrade and "1 or more" in upgrade
+    assert "--max-parallel N" in upgrade and "1 to 100000" in upgrade
     assert "--validation-timeout SECONDS" in upgrade and "--kubeconfig FILE" in upgrade
     lab = CliRunner().invoke(app, ["lab", "up", "--help"]).output
     assert "1 to 16" in lab
