@@ -22,7 +22,11 @@ def ansible_doc(*args):
     env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(ROOT / ".collections"), "NO_COLOR": "1"}
     proc = subprocess.run([str(BIN / "ansible-doc"), *args], capture_output=True, text=True,
                           cwd=ROOT, env=env, timeout=300)  # fmt: skip
-    assert proc.returncode == 0 and not proc.stderr.strip(), proc.stderr
+    # ansible-core 2.21 warns about its own internal collection (ansible/_protomatter) having no
+    # MANIFEST.json; any other line on stderr is about gpustack's docs.
+    stderr = [line for line in proc.stderr.splitlines()
+              if line.strip() and "ansible/_protomatter" not in line]  # fmt: skip
+    assert proc.returncode == 0 and not stderr, proc.stderr
     return proc.stdout
 
 
