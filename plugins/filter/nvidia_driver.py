@@ -189,13 +189,21 @@ def kernel_module_type(setting, branch="", devices=None, installed=None):
         raise AnsibleFilterError(
             "nvidia_driver_open_kernel_modules=%s: use auto, true or false" % setting
         )
-    if installed in ("open", "proprietary"):
+    choice = _auto_choice(branch, devices)
+    if installed in ("open", "proprietary") and choice["open"] != (installed == "open"):
         # auto never switches an installed driver between the two kinds (packages of one kind
-        # conflict with the other's): that takes true or false.
+        # conflict with the other's): that takes true or false. Where the rule agrees with the
+        # installed kind, its reason stands, so the reason a first install published does not
+        # change on the runs after it.
         return {
             "open": installed == "open",
             "reason": "auto: keeps the installed driver's %s modules" % installed,
         }
+    return choice
+
+
+def _auto_choice(branch, devices):
+    """auto's rule without an installed driver: the GPUs, then the branch."""
     ids = [_device_id(d) for d in devices or []]
     ids = [i for i in ids if i is not None]
     required = [i for i in ids if i >= _BLACKWELL or any(lo <= i <= hi for lo, hi in _SELF_HOSTED)]

@@ -171,6 +171,6 @@ def test_site_playbook_converges_a_node_from_the_image(image, lab):
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert check.returncode == 0, check.stdout + check.stderr
-    assert "hold ok installed 1.18.0-1~gpustackfixture" in check.stdout, check.stdout
+    assert f"hold ok installed {lab_fixtures.BUILT_VERSION}" in check.stdout, check.stdout
     assert "nvidia-container-toolkit" in check.stdout.split("\n", 1)[1], check.stdout
     assert check.stdout.rstrip().endswith("active"), check.stdout

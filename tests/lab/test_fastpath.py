@@ -25,7 +25,8 @@ pytestmark = pytest.mark.lab
 
 LAB = os.environ.get("GPUSTACK_FASTPATH_LAB") or f"fastpath{os.getpid()}"
 N1, N2 = f"{LAB}-node1", f"{LAB}-node2"
-TK_OLD, TK_NEW = lab_fixtures.VERSIONS
+# the newest stand-in, and the toolkit built from NVIDIA's module (the newest in the repository)
+TK_OLD, TK_NEW = lab_fixtures.VERSIONS[-1], lab_fixtures.BUILT_VERSION
 BLACKLIST = "/etc/modprobe.d/gpustack-blacklist-nouveau.conf"
 DROPIN = "/etc/containerd/conf.d/99-nvidia.toml"
 TOOLKIT_LISTS = "Refresh the package lists (at most hourly) and list the versions the source offers"

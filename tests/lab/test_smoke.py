@@ -52,7 +52,7 @@ def wheelhouse(tmp_path_factory):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     names = {p.name for p in dest.iterdir()}
     assert {"gpu-smoke.sh", "requirements.txt", "SHA256SUMS", "README.txt"} <= names
-    assert any(n.startswith("gpustack-") for n in names) and any(
+    assert any(n.startswith("gpu_node_stack-") for n in names) and any(
         n.startswith("pip-") for n in names
     )
     # pinned by the constraints CI tested for this Python (constraints/pyX.Y.txt)
@@ -82,10 +82,10 @@ def test_wheelhouse_round_trip_with_networking_denied(wheelhouse, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     control = offline(str(venv / "bin/python"), f"{pip}/pip", "install", "--isolated", "--no-index",
-                      "--find-links", str(empty), "gpustack", cwd=tmp_path)  # fmt: skip
+                      "--find-links", str(empty), "gpu-node-stack", cwd=tmp_path)  # fmt: skip
     assert control.returncode != 0, "without the wheelhouse nothing may be installable"
     proc = offline(str(venv / "bin/python"), f"{pip}/pip", "install", "--isolated", "--no-index",
-                   "--find-links", str(wheelhouse), "gpustack", cwd=tmp_path)  # fmt: skip
+                   "--find-links", str(wheelhouse), "gpu-node-stack", cwd=tmp_path)  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     version = offline(str(venv / "bin/gpustack"), "--version", cwd=tmp_path)
     assert version.returncode == 0 and version.stdout.startswith("gpustack "), version.stderr

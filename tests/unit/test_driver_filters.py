@@ -189,6 +189,11 @@ def test_auto_keeps_the_kind_of_an_installed_driver():
     assert f.kernel_module_type("auto", "535", gpus(V100), "open")["open"]
     assert f.kernel_module_type("true", "580", gpus(H100), "proprietary")["open"]
     assert f.kernel_module_type("auto", "580", gpus(H100), None)["open"]
+    # the installed kind agrees with the rule: the rule's reason, as the first install said it
+    assert f.kernel_module_type("auto", "580", [], "proprietary") == {
+        "open": False,
+        "reason": "auto: no NVIDIA GPU found (nvidia-installer's choice)",
+    }
 
 
 def test_kernel_module_type_refuses_other_words():

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
+import time
 
 from conftest import (
     DRIVER_PACKAGES,
@@ -63,8 +65,10 @@ def test_driver_is_pinned_and_held(host):
     assert not upgraded & set(DRIVER_PACKAGES + TOOLKIT_PACKAGES), upgraded
 
 
-def test_toolkit_fixture_packages_newest_version_pinned_and_held(host):
-    newest = lab_fixtures.VERSIONS[-1]
+def test_toolkit_packages_newest_version_pinned_and_held(host):
+    # prepare publishes the toolkit built from NVIDIA's Go module (the newest) where Go is here,
+    # the stand-ins only where it is not (tests/fixtures/lab_fixtures.py main)
+    newest = lab_fixtures.BUILT_VERSION if shutil.which("go") else lab_fixtures.VERSIONS[-1]
     for pkg in TOOLKIT_PACKAGES:
         assert installed_version(host, pkg) == newest, pkg
     holds = set(run_ok(host, "apt-mark showhold").split())
@@ -115,10 +119,9 @@ def test_user_config_file_kept_and_drop_in_imported(host):
 
 def test_container_runs_through_the_nvidia_runtime(host, fixture_vars):
     """As the container_runtime role's verify does: ctr run with the NVIDIA runtime binary.
-    The stand-in binary logs each call, so the log proves it was really invoked."""
-    name = f"molecule-verify-{host.backend.get_hostname()}"
+    The runtime logs each call (its debug setting), so the log proves it was really invoked."""
+    name = f"molecule-verify-{host.backend.get_hostname()}-{time.monotonic_ns()}"
     log = lab_fixtures.RUNTIME_LOG
-    before = host.file(log).content_string.count(" create ") if host.file(log).exists else 0
     command = [
         "ctr", "--namespace", "gpustack", "run", "--rm",
         "--snapshotter", fixture_vars["container_runtime_verify_snapshotter"],
@@ -131,8 +134,7 @@ def test_container_runs_through_the_nvidia_runtime(host, fixture_vars):
     assert result.rc == 0, result.stderr
     assert result.stdout.strip() == "molecule-runtime-ok"
     calls = host.file(log).content_string
-    assert calls.count(" create ") == before + 1
-    assert re.search(rf" create .*{re.escape(name)}$", calls, re.M), calls[-500:]
+    assert re.search(rf" create .*{re.escape(name)}", calls), calls[-2000:]
 
 
 def test_services(host):
