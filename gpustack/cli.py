@@ -544,6 +544,7 @@ def lab_up(
         str,
         typer.Option(
             "--boot",
+            metavar="KIND",
             help="podman: podman systemd nodes; chroot: one node booted with systemd as PID 1 in "
             "namespaces of its own, for hosts without systemd (docs/lab.md).",
         ),
@@ -552,13 +553,16 @@ def lab_up(
         str | None,
         typer.Option(
             "--rootfs",
+            metavar="PATH",
             help="chroot: the node's root filesystem (a directory or a .tar.xz from "
             "`gpustack lab rootfs --pack`); default: built here with debootstrap.",
         ),
     ] = None,
     bind: Annotated[
         list[str] | None,
-        typer.Option("--bind", help="chroot: SRC:DEST[:ro|rw] also mounted in the node."),
+        typer.Option(
+            "--bind", metavar="SRC:DEST", help="chroot: SRC:DEST[:ro|rw] also mounted in the node."
+        ),
     ] = None,
 ) -> None:
     """Start (or reuse) N systemd nodes reachable by SSH; write an inventory."""
