@@ -1,9 +1,13 @@
-"""Benchmark: the Kubernetes side of `gpustack status` on 1000 to 10,000 emulated nodes.
+"""Benchmark: the Kubernetes side of `gpustack status` on 1000 to 10,000 nodes.
 
-Starts the API emulator (tests/cluster/emulator/, a TEST FIXTURE standing in for a
-kube-apiserver) with N GPU nodes and a device plugin pod on each, in a process of its own
-(as an API server runs apart from its client; `--in-process` shares this one, and its GIL, as the
-earlier 1000-node benchmark did). Then times what `status` does with a kubeconfig:
+Starts a real etcd and kube-apiserver (gpustack.lab.control_plane, the components the tests use;
+no controllers) holding N Node objects with a device plugin pod on each. STAND-INS: the nodes
+have no kubelet (their `nvidia.com/gpu` allocatable is written here, as a device plugin would
+report it) and the pods are created, bound and marked Ready here, where the DaemonSet
+controller, the scheduler and kubelets would. The API calls are counted from the API server's
+audit log. `--emulator` runs the earlier path instead: the API emulator (tests/cluster/emulator/,
+a TEST FIXTURE standing in for a kube-apiserver) in a process of its own (`--in-process` shares
+this one, and its GIL). Then times what `status` does with a kubeconfig:
 
 - inventory: Ansible parses the N-host inventory (`load_inventory`, needed with or without
   Kubernetes) and resolves the gpustack_k8s_* variables as a play sees them (VariableManager);
@@ -12,19 +16,26 @@ earlier 1000-node benchmark did). Then times what `status` does with a kubeconfi
 
 for two fleets: inventory names equal to the node names, and inventory names that differ (FQDNs
 for short node names: every host needs the "which node is it?" hint). Prints the seconds, the
-seconds per 1000 nodes (flat when the cost is linear) and the API calls the emulator served.
+seconds per 1000 nodes (flat when the cost is linear) and the API calls the server answered.
 
     python benchmarks/status_10000_nodes.py [--sizes 1000,2500,5000,10000] [--repeat 3]
+        [--emulator [--in-process]]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
+import os
+import shutil
 import statistics
 import sys
 import tempfile
 import time
+import urllib.error
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from unittest import mock
 
@@ -33,9 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gpustack.ansible.inventory import load_inventory
 from gpustack.k8s.cluster import flow
 from gpustack.k8s.cluster import status as cluster_status
-from gpustack.k8s.manifests import config_from_inventory
-from tests.cluster.emulator import EmulatorThread
-from tests.cluster.status_helpers import gpu_node, install_device_plugin
+from gpustack.k8s.cluster.connect import connect
+from gpustack.k8s.manifests import ClusterConfig, config_from_inventory
+from gpustack.lab.control_plane import ControlPlane
 
 TARGET_S = 2.0
 
@@ -52,9 +63,104 @@ def runqueue_wait(pid: int | str = "self") -> float:
     return total / 1e9
 
 
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) a process has used (/proc/PID/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class RealApiServer:
+    """etcd and kube-apiserver with N nodes, each with a device plugin pod (see the module's
+    docstring for what is a stand-in); the admin's requests are in the audit log."""
+
+    FENCE = "/api/v1/namespaces/benchmark-fence-"
+
+    def __init__(self, nodes: int, tmp: Path):
+        self.cp = ControlPlane(tmp / "control-plane", with_controllers=False, audit=True)
+        try:
+            self.kubeconfig = self.cp.start()
+            cluster = connect(str(self.kubeconfig))
+            try:
+                self.names = self._fill(cluster, nodes)
+            finally:
+                cluster.close()
+        except BaseException:
+            self.cp.stop()
+            raise
+
+    @staticmethod
+    def _fill(cluster, nodes: int) -> list[str]:
+        namespace = ClusterConfig().namespace
+        labels = dict(item.split("=") for item in cluster_status.DEVICE_PLUGIN_SELECTOR.split(","))
+        json_type = "application/json"
+        cluster.raw("POST", "/api/v1/namespaces", body={"metadata": {"name": namespace}},
+                    ctype=json_type)  # fmt: skip
+        # No controller-manager: the namespace's default service account is created here.
+        cluster.raw("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                    body={"metadata": {"name": "default"}}, ctype=json_type)  # fmt: skip
+        gpus = cluster_status.GPU_RESOURCE
+        resources = {"cpu": "32", "memory": "256Gi", "pods": "110", gpus: "8"}
+        since = "2026-01-01T00:00:00Z"
+        ready = [{"type": "Ready", "status": "True", "lastTransitionTime": since}]
+
+        def add(name: str) -> None:
+            cluster.raw("POST", "/api/v1/nodes", ctype=json_type, body={
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+                "status": {"capacity": resources, "allocatable": resources,
+                           "conditions": ready}})  # fmt: skip
+            pod = f"nvidia-device-plugin-{name}"
+            cluster.raw("POST", f"/api/v1/namespaces/{namespace}/pods", ctype=json_type, body={
+                "metadata": {"name": pod, "labels": labels},
+                "spec": {"nodeName": name, "automountServiceAccountToken": False,
+                         "containers": [{"name": "plugin", "image": "stand-in"}]}})  # fmt: skip
+            cluster.raw("PATCH", f"/api/v1/namespaces/{namespace}/pods/{pod}/status",
+                        ctype="application/merge-patch+json",
+                        body={"status": {"phase": "Running", "conditions": ready}})  # fmt: skip
+
+        names = [f"gpu{i:04d}" for i in range(nodes)]
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(add, names))
+        return names
+
+    def _requests(self) -> int:
+        """Requests answered so far, from the audit log: a request of our own closes it (once
+        its event is written, every request answered before it is logged too)."""
+        fence = f"{self.FENCE}{uuid.uuid4().hex[:8]}"
+        with contextlib.suppress(urllib.error.HTTPError):  # 404, as meant
+            self.cp.get(fence)
+        marker = f'"requestURI":"{fence}"'.encode()
+        while True:
+            data = self.cp.audit_log.read_bytes()
+            if marker in data:
+                time.sleep(0.2)
+                data = self.cp.audit_log.read_bytes()
+                return sum(
+                    1
+                    for line in data.splitlines()
+                    if b'"stage":"ResponseComplete"' in line and self.FENCE.encode() not in line
+                )
+            time.sleep(0.05)
+
+    def count(self) -> tuple[int, float, float]:
+        """Requests answered so far, the CPU seconds etcd and kube-apiserver have used and the
+        seconds they waited for a CPU."""
+        pids = self.cp.running().values()
+        return (
+            self._requests(),
+            sum(process_cpu(pid) for pid in pids),
+            sum(runqueue_wait(pid) for pid in pids),
+        )
+
+    def stop(self) -> None:
+        self.cp.stop()
+        shutil.rmtree(self.cp.root, ignore_errors=True)  # etcd's data: tens of MB at 10,000
+
+
 def _fill(emulator, nodes: int) -> list[str]:
-    """N nodes with 8 SIMULATED GPUs each, running gpustack's device plugin DaemonSet (one pod
-    per node from the emulator's DaemonSet controller and kubelet)."""
+    """(--emulator) N nodes with 8 SIMULATED GPUs each, running gpustack's device plugin
+    DaemonSet (one pod per node from the emulator's DaemonSet controller and kubelet)."""
+    from tests.cluster.status_helpers import gpu_node, install_device_plugin
+
     names = [f"gpu{i:04d}" for i in range(nodes)]
     for name in names:
         gpu_node(emulator, name, 8)
@@ -64,6 +170,8 @@ def _fill(emulator, nodes: int) -> list[str]:
 
 def _serve(conn, nodes: int, kubeconfig: str) -> None:
     """The child process: an emulator with `nodes` nodes; answers 'count' until 'stop'."""
+    from tests.cluster.emulator import EmulatorThread
+
     thread = EmulatorThread().start()
     try:
         names = _fill(thread.emulator, nodes)
@@ -83,6 +191,8 @@ class Emulator:
         self.kubeconfig = tmp / "kubeconfig"
         self.thread = self.process = None
         if in_process:
+            from tests.cluster.emulator import EmulatorThread
+
             self.thread = EmulatorThread().start()
             self.names = _fill(self.thread.emulator, nodes)
             self.thread.write_kubeconfig(self.kubeconfig)
@@ -109,9 +219,9 @@ class Emulator:
             self.process.join(30)
 
 
-def measure(nodes: int, fqdn: bool, repeat: int, in_process: bool) -> dict:
+def measure(nodes: int, fqdn: bool, repeat: int, in_process: bool, emulated: bool) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="gpustack-bench-"))
-    emulator = Emulator(nodes, tmp, in_process)
+    emulator = Emulator(nodes, tmp, in_process) if emulated else RealApiServer(nodes, tmp)
     try:
         hosts = [f"{n}.example.com" if fqdn else n for n in emulator.names]
         inv = tmp / "inventory.ini"
@@ -161,19 +271,29 @@ def main() -> int:
     parser.add_argument("--names", choices=("both", "same", "fqdn"), default="both",
                         help="inventory names equal to the node names, FQDNs, or both")  # fmt: skip
     parser.add_argument(
+        "--emulator", action="store_true", help="the API emulator (a test fixture) as the server"
+    )
+    parser.add_argument(
         "--in-process", action="store_true", help="the emulator shares this process (and GIL)"
     )
     args = parser.parse_args()
+    if args.in_process and not args.emulator:
+        parser.error("--in-process needs --emulator")
     sizes = [int(s) for s in args.sizes.split(",")]
-    where = "in this process" if args.in_process else "in its own process"
-    print(f"API emulator (test fixture) {where}; Kubernetes read = median of {args.repeat}")
+    if args.emulator:
+        where = "in this process" if args.in_process else "in its own process"
+        server = f"API emulator (test fixture) {where}"
+    else:
+        server = ("kube-apiserver and etcd (real; nodes without kubelets, plugin pods created "
+                  "and marked Ready by this script)")  # fmt: skip
+    print(f"{server}; Kubernetes read = median of {args.repeat}")
     print(f"{'nodes':>6} {'inventory names':16} {'load inv':>9} {'k8s vars':>9} "
           f"{'k8s read':>9} {'s/1000':>7} {'min..max':>13} {'client CPU':>10} "
           f"{'server CPU':>10} {'CPU wait':>9} {'API calls':>9}")  # fmt: skip
     missed = []
     for fqdn in {"both": (False, True), "same": (False,), "fqdn": (True,)}[args.names]:
         for nodes in sizes:
-            r = measure(nodes, fqdn, args.repeat, args.in_process)
+            r = measure(nodes, fqdn, args.repeat, args.in_process, args.emulator)
             label = "FQDN (hint)" if fqdn else "= node names"
             print(f"{nodes:>6} {label:16} {r['load']:>8.2f}s {r['vars']:>8.2f}s "
                   f"{r['read']:>8.2f}s {r['read'] * 1000 / nodes:>7.3f} "
@@ -187,9 +307,10 @@ def main() -> int:
                     f"{r['client_cpu'] + r['server_cpu']:.2f} s"
                 )
     print(
-        "k8s read: wall clock; client/server CPU: CPU seconds this process and the emulator "
-        "used for it (a busy machine cannot inflate them); CPU wait: seconds both were "
-        "runnable but waited for a CPU that other processes held (schedstat; at least)"
+        "k8s read: wall clock; client/server CPU: CPU seconds this process and the server "
+        "(emulator, or kube-apiserver + etcd) used for it (a busy machine cannot inflate "
+        "them); CPU wait: seconds both were runnable but waited for a CPU that other "
+        "processes held (schedstat; at least)"
     )
     page = cluster_status.PAGE
     print(f"API calls: GET /version, NFD's API discovery (GFD on), then nodes and device plugin "

@@ -34,6 +34,17 @@ from gpustack.lab.pki import Pki, kubeconfig
 
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"  # the `kubernetes` Service's ClusterIP, in the serving certificate
+# The admin's requests (tests and tools use the admin kubeconfig), at Metadata level: who,
+# which verb, which URI, which user agent; the components' own requests are not logged.
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  users: [kubernetes-admin]
+- level: None
+"""
 ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 
@@ -50,6 +61,7 @@ class ControlPlane:
     extra_ips: tuple[str, ...] = ()  # more IPs for the serving certificate
     detach: bool = False  # processes outlive this Python process
     with_controllers: bool = True  # kube-controller-manager and kube-scheduler too
+    audit: bool = False  # the API server writes an audit log of the admin's requests
     _procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     # ---- layout -------------------------------------------------------------------------
@@ -73,6 +85,11 @@ class ControlPlane:
     @property
     def server(self) -> str:
         return f"https://{self.address}:{self._state()['ports']['apiserver']}"
+
+    @property
+    def audit_log(self) -> Path:
+        """One JSON event per line, for each request the admin made (`audit=True`)."""
+        return self.root / "logs" / "audit.log"
 
     @property
     def pki(self) -> Pki:
@@ -202,6 +219,14 @@ class ControlPlane:
                 "--v=1",
             ],
         }
+        if self.audit:
+            policy = r / "audit-policy.yaml"
+            policy.write_text(AUDIT_POLICY)
+            cmds["kube-apiserver"] += [
+                f"--audit-policy-file={policy}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-mode=blocking",
+            ]
         if not self.with_controllers:
             del cmds["kube-controller-manager"], cmds["kube-scheduler"]
         return cmds

@@ -7,11 +7,18 @@ that registers Node objects, heartbeats them and moves pods through their phases
 capacity and allocatable are what the test gives it: "GPUs" on such a node are a stand-in for
 a device plugin and prove nothing about real GPUs (the lab's real kubelets do:
 tests/lab/test_real_cluster.py).
+
+The API server keeps an audit log of the admin's requests (`Kube.audit_events`): tests count
+the calls gpustack makes from the API server's own record, not by wrapping the client.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import subprocess
+import time
+import urllib.error
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +40,34 @@ class Kube:
 
     def kubectl_get(self, path: str) -> dict:
         return self.cp.get(path)
+
+    def audit_mark(self) -> int:
+        """Where the audit log ends now: `audit_events(mark)` returns what came after it."""
+        return self.cp.audit_log.stat().st_size if self.cp.audit_log.exists() else 0
+
+    def audit_events(self, mark: int, timeout: float = 10) -> list[dict]:
+        """The audit events (stage ResponseComplete) of the requests completed since `mark`.
+
+        A request of the test's own (a GET of a name nobody uses) closes the window: once its
+        event is written, every request answered before it has been logged too."""
+        fence = f"/api/v1/namespaces/audit-fence-{uuid.uuid4().hex[:8]}"
+        with contextlib.suppress(urllib.error.HTTPError):  # 404, as meant
+            self.cp.get(fence)
+        deadline = time.monotonic() + timeout
+        while fence not in {e.get("requestURI") for e in self._events_after(mark)}:
+            if time.monotonic() > deadline:
+                raise AssertionError("the audit log never recorded the fence request")
+            time.sleep(0.1)
+        time.sleep(0.2)  # a request answered just before the fence may be logged just after
+        return [e for e in self._events_after(mark) if e.get("requestURI") != fence]
+
+    def _events_after(self, mark: int) -> list[dict]:
+        with open(self.cp.audit_log, "rb") as log:
+            log.seek(mark)
+            data = log.read()
+        lines = data[: data.rfind(b"\n") + 1].splitlines()  # whole lines only
+        events = (json.loads(line) for line in lines if line.strip())
+        return [e for e in events if e.get("stage") == "ResponseComplete"]
 
 
 def _start_kwok(cp: ControlPlane, kubeconfig: Path, logdir: Path) -> subprocess.Popen:
@@ -63,7 +98,7 @@ def _start_kwok(cp: ControlPlane, kubeconfig: Path, logdir: Path) -> subprocess.
 @pytest.fixture(scope="session")
 def kube(tmp_path_factory) -> Kube:
     root = tmp_path_factory.mktemp("kube")
-    cp = ControlPlane(root)
+    cp = ControlPlane(root, audit=True)  # tests count gpustack's API calls in its audit log
     kubeconfig = cp.start()
     kwok = _start_kwok(cp, kubeconfig, root / "logs")
     yield Kube(cp, kubeconfig)

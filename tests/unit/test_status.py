@@ -9,6 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from gpustack.fleet import status as fleet
+from gpustack.k8s.cluster import status as cluster_status
+from gpustack.k8s.cluster.nodes import NodeMatch
 from tests.conftest import run_cli, runs_started
 from tests.unit.host_modules import utils
 
@@ -148,6 +150,45 @@ def test_kubernetes_columns_add_their_own_drift():
     assert fleet.node_status("n1", gpu, None, k8s_expected=True).drift == [
         "no Kubernetes node for this host"
     ]
+    missing = {"node": None, "error": "no Node named 'n'"}  # the lookup's own words
+    assert fleet.node_status("n1", gpu, missing, k8s_expected=True).drift == ["no Node named 'n'"]
+
+
+def test_node_views_are_pure_and_map_pods_to_nodes():
+    node = {
+        "metadata": {"name": "n1", "labels": {cluster_status.UPGRADE_STATE_LABEL: "upgrade-done"}},
+        "spec": {"unschedulable": True},
+        "status": {"allocatable": {"nvidia.com/gpu": "4"},
+                   "conditions": [{"type": "Ready", "status": "True"}]},
+    }  # fmt: skip
+    pods = [
+        {"metadata": {"name": "p1"}, "spec": {"nodeName": "n1"},
+         "status": {"conditions": [{"type": "Ready", "status": "True"}]}},
+        {"metadata": {"name": "p2"}, "spec": {"nodeName": "other"}, "status": {}},
+    ]  # fmt: skip
+    views = cluster_status.node_views(
+        {"h1": NodeMatch("h1", "n1", node), "h2": NodeMatch("h2", "n2", None, "no Node", "hint")},
+        pods,
+    )
+    assert views["h1"] == {
+        "node": "n1", "ready": True, "cordoned": True, "allocatable_gpus": 4,
+        "device_plugin_ready": True, "device_plugin_pods": ["p1"], "upgrade_state": "upgrade-done",
+        "gfd_labels": False,
+    }  # fmt: skip
+    assert views["h2"] == {"node": None, "error": "no Node", "hint": "hint"}
+    # A node meant to run GFD but without its labels gets a note, worded by NFD's presence.
+    node["metadata"]["labels"]["nvidia.com/gpu.deploy.gpu-feature-discovery"] = "true"
+    match = {"h1": NodeMatch("h1", "n1", node)}
+    note = cluster_status.node_views(match, pods, nfd_api=False)["h1"]["note"]
+    assert (
+        note.startswith("GFD labels need Node Feature Discovery running")
+        and "not installed" in note
+    )
+    note = cluster_status.node_views(match, pods, nfd_api=True)["h1"]["note"]
+    assert "is nfd-master running?" in note
+    node["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-A100-SXM4-80GB"
+    view = cluster_status.node_views(match, pods, nfd_api=False)["h1"]
+    assert view["gfd_labels"] is True and "note" not in view
 
 
 def test_rows_mark_unreachable_hosts_and_take_the_label_upgrade_state():

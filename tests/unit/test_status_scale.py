@@ -1,6 +1,6 @@
 """`status` on large fleets: host ↔ node matching stays linear, the list reads pause the
-cyclic GC and give it back. (The emulator flows are in tests/cluster/test_status_k8s.py; the
-figures in benchmarks/status_10000_nodes.py.)"""
+cyclic GC and give it back. (The flows against a real API server are in
+tests/kube/test_status.py; the figures in benchmarks/status_10000_nodes.py.)"""
 
 from __future__ import annotations
 
