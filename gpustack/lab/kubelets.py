@@ -138,6 +138,64 @@ UNIT = textwrap.dedent(
 )
 
 
+# podman's systemd mode on a cgroup v1 "hybrid" host stacks two name=systemd mounts on the
+# node's /sys/fs/cgroup/systemd: the node's own cgroup (mount root /libpod_parent/libpod-ID)
+# and, over it, the whole hierarchy (root /), which the node's systemd uses. runc (libcontainer/
+# rootfs_linux.go getCgroupMounts, Debian's 1.1.5 and 1.1.15) binds a container's cgroup dirs
+# from the FIRST mount of each hierarchy in mountinfo, so for name=systemd it computes a path
+# outside every mount ("stat /sys/fs/kubepods/...: no such file or directory") and every pod
+# container, which gets /sys/fs/cgroup mounted, fails to start. This unit leaves one mount there,
+# the one systemd sees (root /): a lab-node repair, before containerd starts, a no-op elsewhere.
+CGROUP_SCRIPT = textwrap.dedent(
+    """\
+    #!/bin/sh
+    # gpustack lab: one name=systemd cgroup mount for runc (see gpustack/lab/kubelets.py)
+    set -eu
+    at=/sys/fs/cgroup/systemd
+    mounts() { awk -v at="$at" '$5 == at' /proc/self/mountinfo | wc -l; }
+    [ "$(mounts)" -gt 1 ] || exit 0
+    keep=/run/gpustack-lab-cgroup
+    mkdir -p "$keep"
+    mount --bind "$at" "$keep"
+    while [ "$(mounts)" -gt 0 ]; do umount -l "$at"; done
+    mount --bind "$keep" "$at"
+    umount -l "$keep"
+    """
+)
+CGROUP_UNIT = textwrap.dedent(
+    """\
+    [Unit]
+    Description=One name=systemd cgroup mount for runc (gpustack lab, cgroup v1 hosts)
+    DefaultDependencies=no
+    After=local-fs.target
+    Before=containerd.service kubelet.service
+
+    [Service]
+    Type=oneshot
+    RemainAfterExit=yes
+    ExecStart=/usr/local/sbin/gpustack-lab-cgroup
+
+    [Install]
+    WantedBy=multi-user.target
+    """
+)
+
+
+def single_systemd_cgroup_mount(container: str) -> None:
+    """CGROUP_SCRIPT as a oneshot unit (CGROUP_UNIT), installed, enabled and run on the node."""
+    with tempfile.TemporaryDirectory(prefix="gpustack-kubelet-") as tmp:
+        script, unit = Path(tmp) / "gpustack-lab-cgroup", Path(tmp) / "gpustack-lab-cgroup.service"
+        script.write_text(CGROUP_SCRIPT)
+        unit.write_text(CGROUP_UNIT)
+        _copy(container, script, "/usr/local/sbin/gpustack-lab-cgroup")
+        _copy(container, unit, "/etc/systemd/system/gpustack-lab-cgroup.service")
+    _exec(
+        container,
+        "chmod 755 /usr/local/sbin/gpustack-lab-cgroup && systemctl daemon-reload && "
+        "systemctl enable --now -q gpustack-lab-cgroup",
+    )
+
+
 def ensure_packages(container: str) -> None:
     """containerd, runc and the CNI plugins from Debian's archive (the node's user runtime)."""
     _exec(
@@ -223,7 +281,7 @@ def import_image(container: str, archive: Path, name: str | None = None) -> None
         f"rm -f /tmp/{archive.name}",
     )
     if name:
-        _exec(container, f"ctr -n k8s.io images ls -q | grep -qxF {shlex.quote(name)}")
+        _exec(container, f"ctr -n k8s.io images ls -q | grep -xF {shlex.quote(name)} >/dev/null")
 
 
 def _containerd_major(container: str) -> int:
@@ -248,6 +306,7 @@ def join(
     """Make the lab node `container` a Kubernetes node named `node`."""
     bins = components.ensure(("kubernetes",))["kubernetes"]
     ensure_packages(container)
+    single_systemd_cgroup_mount(container)
     restrict_oom_score_adj(container)
     pause = sandbox_image(container)
     _import_pause(container, pause_archive, pause_ref, pause)

@@ -6,17 +6,22 @@ on a cgroup v1 "hybrid" machine such as the CI's: its systemd needs cgroup2, whi
 no cpu or memory controller; docs/lab.md.)
 
 No node has a GPU: install, status, verify and uninstall run for real and say so ("no NVIDIA
-device"); what needs GPUs to be allocated is in tests/kube/ on kwok's stand-in nodes.
+device"); pods run on every node, with and without RuntimeClass nvidia (NVIDIA's runtime, built
+from source, on the node's containerd); what needs GPUs to be allocated is in tests/kube/ on
+kwok's stand-in nodes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
+from gpustack.lab import kubelets
 from tests.conftest import run_cli
 from tests.fixtures import lab_fixtures
 
@@ -95,6 +100,65 @@ def test_install_applies_for_real_and_says_there_is_no_gpu(lab):
     assert code == 3
     assert again["summary"]["changed"] == 0, again["summary"]
     assert {a["action"] for a in again["kubernetes"]["applied"]} == {"unchanged"}
+
+
+def run_pod(kubeconfig: Path, node: str, runtime_class: str | None) -> tuple[dict, str]:
+    """A pod pinned to `node` that prints its cgroup and exits; (its status, its log)."""
+    from kubernetes import client, config
+
+    api = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
+    name = f"probe-{node}-{runtime_class or 'default'}"
+    spec = {
+        "nodeName": node,
+        "restartPolicy": "Never",
+        "containers": [{"name": "probe", "image": lab_fixtures.IMAGE_REF,
+                        "imagePullPolicy": "Never",
+                        "command": ["/bin/sh", "-c", "echo probe-ok; ls /sys/fs/cgroup"]}],
+    }  # fmt: skip
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    api.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod",
+                                          "metadata": {"name": name}, "spec": spec})  # fmt: skip
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        pod = api.read_namespaced_pod(name, "default")
+        if pod.status.phase in ("Succeeded", "Failed"):
+            break
+        time.sleep(1)
+    status = api.api_client.sanitize_for_serialization(pod.status)
+    log = api.read_namespaced_pod_log(name, "default") if pod.status.phase == "Succeeded" else ""
+    api.delete_namespaced_pod(name, "default", grace_period_seconds=0)
+    return status, log
+
+
+def test_pods_run_through_the_nvidia_runtime_class(lab):
+    """After install, a pod with runtimeClassName nvidia runs on each node's real kubelet and
+    containerd through the handler gpustack wired: NVIDIA's nvidia-container-runtime, built from
+    its Go module, which passes a spec that asks for no GPU on to runc unchanged
+    (internal/modifier/cdi.go: "No devices requested; no modification required.")."""
+    _, kubeconfig, _ = lab
+    for container in CONTAINERS:
+        kubelets.import_image(container, lab_fixtures.build_busybox_image(), lab_fixtures.IMAGE_REF)
+    for node, container in zip(NODES, CONTAINERS, strict=True):
+        status, log = run_pod(kubeconfig, node, None)
+        assert status["phase"] == "Succeeded", status
+        # The pod's cgroup hierarchies are mounted in the container (runc's cgroup v1 mount;
+        # docs/lab.md: the lab repairs podman's stacked name=systemd mount for it).
+        assert log.split()[0] == "probe-ok" and "memory" in log.split(), log
+        before = node_file(container, lab_fixtures.RUNTIME_LOG)
+        status, log = run_pod(kubeconfig, node, "nvidia")
+        assert status["phase"] == "Succeeded", status
+        assert log.split()[0] == "probe-ok", log
+        ran = status["containerStatuses"][0]["containerID"].split("://")[1]
+        calls = node_file(container, lab_fixtures.RUNTIME_LOG)[len(before) :]
+        assert ran in calls, calls[-2000:]
+        assert "No devices requested; no modification required." in calls, calls[-2000:]
+
+
+def node_file(container: str, path: str) -> str:
+    proc = subprocess.run(["podman", "exec", container, "cat", path], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    return proc.stdout
 
 
 def test_uninstall_removes_gpustacks_objects(lab):
