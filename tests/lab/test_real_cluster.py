@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from gpustack.lab import kubelets
+from gpustack.lab import kubelets, operand_images
 from tests.conftest import run_cli
 from tests.fixtures import lab_fixtures
 
@@ -52,6 +52,13 @@ def lab(tmp_path_factory):
         assert proc.returncode == 0, proc.stdout + proc.stderr
         kubeconfig = Path(proc.stdout.split("Kubeconfig:")[1].split()[0])
         varsfile = lab_fixtures.prepare(CONTAINERS, folder / "vars.json")
+        # NVIDIA's device plugin image built from its Go module, and gpustack's verify image,
+        # in every node's containerd under the names gpustack renders with the lab's registry
+        vars_ = json.loads(varsfile.read_text()) | operand_images.lab_cluster_vars()
+        varsfile.write_text(json.dumps(vars_))
+        images = operand_images.build_all()
+        for container in CONTAINERS:
+            operand_images.load_into_node(container, images.values())
         yield inventory, kubeconfig, varsfile
     finally:
         run_cli("lab", "down", "--name", LAB)
@@ -153,6 +160,44 @@ def test_pods_run_through_the_nvidia_runtime_class(lab):
         calls = node_file(container, lab_fixtures.RUNTIME_LOG)[len(before) :]
         assert ran in calls, calls[-2000:]
         assert "No devices requested; no modification required." in calls, calls[-2000:]
+
+
+def test_device_plugin_pods_meet_the_real_runtime_without_a_driver(lab):
+    """A node labelled for the device plugin by hand (install labels no node without a GPU):
+    the real DaemonSet controller and scheduler place NVIDIA's device plugin (built from source)
+    there, and the kubelet starts it with RuntimeClass nvidia. NVIDIA's runtime asks NVML for
+    the devices to inject and refuses the container: the driver is installed, not loaded.
+    `status` shows the plugin not ready on that node, and no plugin on the other."""
+    inventory, kubeconfig, varsfile = lab
+    from kubernetes import client, config
+
+    api = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
+    label = "nvidia.com/gpu.deploy.device-plugin"
+    node, other = NODES
+    api.patch_node(node, {"metadata": {"labels": {label: "true"}}})
+    try:
+        deadline, pod, message = time.monotonic() + 240, None, ""
+        while time.monotonic() < deadline and "NVML" not in message:
+            pods = api.list_namespaced_pod("gpustack-system").items
+            plugin = [p for p in pods if p.metadata.name.startswith("nvidia-device-plugin")]
+            pod = plugin[0] if plugin else None
+            for status in (pod and pod.status.container_statuses) or []:
+                state = status.state.waiting or status.last_state.terminated
+                message = (state and state.message) or ""
+            time.sleep(2)
+        assert pod is not None and len(plugin) == 1, plugin
+        assert pod.spec.node_name == node and pod.spec.runtime_class_name == "nvidia"
+        assert pod.metadata.owner_references[0].kind == "DaemonSet"
+        assert "failed to initialize NVML: Driver Not Loaded" in message, message
+
+        proc = run_cli("status", str(inventory), "--kubeconfig", str(kubeconfig), "-e",
+                       f"@{varsfile}", "-o", "json", timeout=600)  # fmt: skip
+        k8s = {h: v["kubernetes"] for h, v in json.loads(proc.stdout)["nodes"].items()}
+        assert k8s[node]["device_plugin_pods"] == [pod.metadata.name], k8s
+        assert k8s[node]["device_plugin_ready"] is False and k8s[node]["allocatable_gpus"] == 0
+        assert k8s[other]["device_plugin_pods"] == [], k8s
+    finally:
+        api.patch_node(node, {"metadata": {"labels": {label: None}}})
 
 
 def node_file(container: str, path: str) -> str:
