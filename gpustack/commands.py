@@ -97,14 +97,15 @@ def _finish_with_cluster(command, opts: HostOptions, result: RunResult, extra, k
 
             print_cluster(k8s, opts.verbose)
 
-    code = _finish(command, opts, result, extra, text=show)
+    code = int(result.exit_code)
+    if code == ExitCode.OK and k8s is not None and not k8s.passed:
+        code = int(ExitCode.VERIFY_FAILED)  # in the report too, not only the process's exit
+    code = _finish(command, opts, result, extra, text=show, code=code)
     if junit:
         from gpustack.terminal import junit as junit_xml
 
         cases = junit_xml.host_cases(result) + (junit_xml.node_cases(k8s.nodes) if k8s else [])
         junit_xml.write(junit, f"gpustack {command}", cases)
-    if code == ExitCode.OK and k8s is not None and not k8s.passed:
-        return int(ExitCode.VERIFY_FAILED)
     return code
 
 

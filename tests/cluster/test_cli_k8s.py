@@ -42,6 +42,7 @@ def test_install_applies_labels_verifies_and_exits_3_without_gpu(tmp_path, state
     assert "no NVIDIA device" in result.stdout
     assert "1 node(s): 0 passed, 1 failed verification" in result.stdout
     doc = json.loads(report.read_text())
+    assert doc["exit_code"] == 3  # the report says what the process exits with
     node = doc["kubernetes"]["nodes"]["gpuhost"]
     assert node["passed"] is False
     assert (
@@ -59,7 +60,7 @@ def test_install_applies_labels_verifies_and_exits_3_without_gpu(tmp_path, state
     result = run_cli("verify", str(inv), "--kubeconfig", str(kubeconfig), "-o", "json", timeout=300)
     assert result.returncode == 3, result.stderr
     doc = json.loads(result.stdout)
-    assert doc["command"] == "verify"
+    assert doc["command"] == "verify" and doc["exit_code"] == 3
     assert doc["kubernetes"]["nodes"]["gpuhost"]["passed"] is False
     assert "gpustack_smi" in doc["hosts"]["gpuhost"]["facts"]
 

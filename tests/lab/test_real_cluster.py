@@ -90,6 +90,7 @@ def test_install_applies_for_real_and_says_there_is_no_gpu(lab):
     code, report = install(inventory, kubeconfig, varsfile)
     k8s = report["kubernetes"]
     assert code == 3, report  # verification failed: no node has a GPU, and that is said
+    assert report["exit_code"] == 3
     assert report["summary"]["failed"] == 0 and report["summary"]["ok"] == len(NODES)
     assert k8s["version"] == "v1.36.3"
     assert {a["action"] for a in k8s["applied"]} == {"created"}, k8s["applied"]
@@ -204,6 +205,20 @@ def node_file(container: str, path: str) -> str:
     proc = subprocess.run(["podman", "exec", container, "cat", path], capture_output=True,
                           text=True, timeout=60)  # fmt: skip
     return proc.stdout
+
+
+def test_verify_says_there_is_no_gpu(lab):
+    inventory, kubeconfig, varsfile = lab
+    proc = run_cli("verify", str(inventory), "--kubeconfig", str(kubeconfig), "-e",
+                   f"@{varsfile}", "-o", "json", timeout=1200)  # fmt: skip
+    report = json.loads(proc.stdout)
+    assert proc.returncode == report["exit_code"] == 3, proc.stderr
+    assert report["kubernetes"]["version"] == "v1.36.3" and report["kubernetes"]["applied"] == []
+    for node in NODES:
+        checks = {c["name"]: c for c in report["kubernetes"]["nodes"][node]["checks"]}
+        assert checks["node"]["status"] == "passed"
+        assert checks["gpus"]["status"] == "failed"
+        assert "not loaded: no NVIDIA device" in checks["gpus"]["message"], checks
 
 
 def test_uninstall_removes_gpustacks_objects(lab):
