@@ -221,6 +221,92 @@ def test_verify_says_there_is_no_gpu(lab):
         assert "not loaded: no NVIDIA device" in checks["gpus"]["message"], checks
 
 
+def test_a_rolling_upgrade_drains_a_real_node_and_stops_at_validation(lab, tmp_path):
+    """`gpustack upgrade --drain` of the Debian 12 node (535.309 -> 535.261, Debian's archive):
+    the node is cordoned, its pod evicted through the Eviction API under a real
+    PodDisruptionBudget and rescheduled on the other node by the real scheduler; the driver
+    changes on the host; validation then waits for allocatable GPUs that a node without a GPU
+    never reports, and the node stays cordoned, labelled upgrade-failed, as NVIDIA's upgrade
+    controller leaves a node whose validation fails."""
+    inventory, kubeconfig, varsfile = lab
+    from kubernetes import client, config
+
+    api_client = config.new_client_from_config(str(kubeconfig))
+    core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
+    policy = client.PolicyV1Api(api_client)
+    node, other = NODES
+    ns, app = "upgrade-probe", {"app": "upgrade-probe"}
+    core.create_namespace({"metadata": {"name": ns}})
+    policy.create_namespaced_pod_disruption_budget(ns, {
+        "metadata": {"name": "probe"},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": app}},
+    })  # fmt: skip
+    prefer = {"weight": 100, "preference": {"matchExpressions": [
+        {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}}  # fmt: skip
+    apps.create_namespaced_deployment(ns, {
+        "metadata": {"name": "probe"},
+        "spec": {"replicas": 1, "selector": {"matchLabels": app}, "template": {
+            "metadata": {"labels": app},
+            "spec": {"terminationGracePeriodSeconds": 1,
+                     "affinity": {"nodeAffinity": {
+                         "preferredDuringSchedulingIgnoredDuringExecution": [prefer]}},
+                     "containers": [{"name": "probe", "image": lab_fixtures.IMAGE_REF,
+                                     "imagePullPolicy": "Never",
+                                     "command": ["/bin/sh", "-c", "exec sleep 3600"]}]}}},
+    })  # fmt: skip
+
+    def running() -> dict[str, str]:
+        pods = core.list_namespaced_pod(ns).items
+        return {p.metadata.name: p.spec.node_name for p in pods
+                if p.status.phase == "Running" and not p.metadata.deletion_timestamp}  # fmt: skip
+
+    try:
+        before = wait_for(lambda: running(), "the probe pod Running")
+        assert list(before.values()) == [node], before
+        proc = run_cli("upgrade", str(inventory), "--kubeconfig", str(kubeconfig), "--limit", node,
+                       "--driver-version", "535.261.03-1", "--drain", "--drain-timeout", "180",
+                       "--validation-timeout", "10", "--yes", "-e", f"@{varsfile}", "-o", "json",
+                       env={"GPUSTACK_STATE_DIR": str(tmp_path)}, timeout=1800)  # fmt: skip
+        doc = json.loads(proc.stdout)
+        assert proc.returncode == doc["exit_code"] == 1, proc.stderr[-3000:]
+        result = doc["nodes"][node]
+        assert result["state"] == "upgrade-failed", result
+        assert result["reason"].startswith(
+            f"validation: node {node} is Ready with 0 allocatable GPU(s) after 10 s"
+        ), result
+        # the host side ran: the driver Debian's archive has at that version, held
+        versions = node_command(CONTAINERS[0], "dpkg-query -W -f='${Version}' nvidia-smi")
+        assert versions == "535.261.03-1"
+        # the pod was evicted and replaced on the other node; this one stays out of service
+        after = wait_for(lambda: {k: v for k, v in running().items() if k not in before},
+                         "the replacement pod Running")  # fmt: skip
+        assert list(after.values()) == [other], after
+        obj = core.read_node(node)
+        assert obj.spec.unschedulable is True
+        assert obj.metadata.labels["nvidia.com/gpu-driver-upgrade-state"] == "upgrade-failed"
+        assert not core.read_node(other).spec.unschedulable
+    finally:
+        core.delete_namespace(ns)
+        core.patch_node(node, {"spec": {"unschedulable": None}, "metadata": {
+            "labels": {"nvidia.com/gpu-driver-upgrade-state": None}}})  # fmt: skip
+
+
+def wait_for(found, what: str, timeout: float = 180):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = found()
+        if value:
+            return value
+        time.sleep(1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def node_command(container: str, command: str) -> str:
+    proc = subprocess.run(["podman", "exec", container, "sh", "-c", command], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    return proc.stdout.strip()
+
+
 def test_uninstall_removes_gpustacks_objects(lab):
     inventory, kubeconfig, _ = lab
     proc = run_cli("uninstall", str(inventory), "--components", "k8s", "--kubeconfig",
