@@ -5,10 +5,10 @@ containerd: Debian 12's 1.6 and Debian 13's 1.7. (forky's containerd 2.x cannot 
 on a cgroup v1 "hybrid" machine such as the CI's: its systemd needs cgroup2, which there carries
 no cpu or memory controller; docs/lab.md.)
 
-No node has a GPU: install, status, verify and uninstall run for real and say so ("no NVIDIA
-device"); pods run on every node, with and without RuntimeClass nvidia (NVIDIA's runtime, built
-from source, on the node's containerd); what needs GPUs to be allocated is in tests/kube/ on
-kwok's stand-in nodes.
+No node has a GPU: install, status, verify, upgrade and uninstall run for real and say so ("no
+NVIDIA device"); pods run on every node, with and without RuntimeClass nvidia (NVIDIA's runtime,
+built from source, on the node's containerd); what needs GPUs to be allocated is in tests/kube/
+on kwok's stand-in nodes.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def test_install_applies_for_real_and_says_there_is_no_gpu(lab):
 
 
 def run_pod(kubeconfig: Path, node: str, runtime_class: str | None) -> tuple[dict, str]:
-    """A pod pinned to `node` that prints its cgroup and exits; (its status, its log)."""
+    """A pod pinned to `node` that lists its cgroup hierarchies and exits; (status, log)."""
     from kubernetes import client, config
 
     api = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
@@ -127,12 +127,12 @@ def run_pod(kubeconfig: Path, node: str, runtime_class: str | None) -> tuple[dic
         spec["runtimeClassName"] = runtime_class
     api.create_namespaced_pod("default", {"apiVersion": "v1", "kind": "Pod",
                                           "metadata": {"name": name}, "spec": spec})  # fmt: skip
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
+
+    def finished():
         pod = api.read_namespaced_pod(name, "default")
-        if pod.status.phase in ("Succeeded", "Failed"):
-            break
-        time.sleep(1)
+        return pod if pod.status.phase in ("Succeeded", "Failed") else None
+
+    pod = wait_for(finished, f"pod {name} to finish")
     status = api.api_client.sanitize_for_serialization(pod.status)
     log = api.read_namespaced_pod_log(name, "default") if pod.status.phase == "Succeeded" else ""
     api.delete_namespaced_pod(name, "default", grace_period_seconds=0)
@@ -153,12 +153,12 @@ def test_pods_run_through_the_nvidia_runtime_class(lab):
         # The pod's cgroup hierarchies are mounted in the container (runc's cgroup v1 mount;
         # docs/lab.md: the lab repairs podman's stacked name=systemd mount for it).
         assert log.split()[0] == "probe-ok" and "memory" in log.split(), log
-        before = node_file(container, lab_fixtures.RUNTIME_LOG)
+        before = node_command(container, f"cat {lab_fixtures.RUNTIME_LOG}")
         status, log = run_pod(kubeconfig, node, "nvidia")
         assert status["phase"] == "Succeeded", status
         assert log.split()[0] == "probe-ok", log
         ran = status["containerStatuses"][0]["containerID"].split("://")[1]
-        calls = node_file(container, lab_fixtures.RUNTIME_LOG)[len(before) :]
+        calls = node_command(container, f"cat {lab_fixtures.RUNTIME_LOG}")[len(before) :]
         assert ran in calls, calls[-2000:]
         assert "No devices requested; no modification required." in calls, calls[-2000:]
 
@@ -199,12 +199,6 @@ def test_device_plugin_pods_meet_the_real_runtime_without_a_driver(lab):
         assert k8s[other]["device_plugin_pods"] == [], k8s
     finally:
         api.patch_node(node, {"metadata": {"labels": {label: None}}})
-
-
-def node_file(container: str, path: str) -> str:
-    proc = subprocess.run(["podman", "exec", container, "cat", path], capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
-    return proc.stdout
 
 
 def test_verify_says_there_is_no_gpu(lab):
