@@ -120,19 +120,19 @@ def test_gpu_pods_leave_one_at_a_time_under_a_real_pdb(kubeconfig, unique):
         ),
         what="the disruption controller to allow one disruption",
     )
-    cluster.raw("PATCH", f"/api/v1/nodes/{new}", body={"spec": {"unschedulable": False}},
-                ctype="application/merge-patch+json")  # fmt: skip
-
     backend = KubernetesBackend(cluster, {old: old, new: new})
     opts = StepOptions(pod_deletion_timeout=120, poll=0.5)
     backend.cordon(old, RealClock(), opts)
     first, second = sorted(p["metadata"]["name"] for p in running_pods(cluster, ns))
     # The budget allows one disruption: the API server takes the first eviction and refuses
-    # the second with 429 until a replacement is Ready.
+    # the second with 429 until a replacement is Ready. `new` stays cordoned until then: kwok
+    # makes a replacement Ready within milliseconds, before a second eviction could be refused.
     assert backend._evict_one(ns, first) == ""
     refused = backend._evict_one(ns, second)
     assert refused.startswith("blocked by a PodDisruptionBudget"), refused
     assert "disruption budget trainer needs 1 healthy pods" in refused, refused
+    cluster.raw("PATCH", f"/api/v1/nodes/{new}", body={"spec": {"unschedulable": False}},
+                ctype="application/merge-patch+json")  # fmt: skip
     wait(lambda: first not in {p["metadata"]["name"] for p in backend.pods_on(old)},
          what="the evicted pod gone")  # fmt: skip
     message = backend.evict_gpu_pods(old, RealClock(), opts)
