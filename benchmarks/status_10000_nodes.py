@@ -47,6 +47,7 @@ from gpustack.k8s.cluster import status as cluster_status
 from gpustack.k8s.cluster.connect import connect
 from gpustack.k8s.manifests import ClusterConfig, config_from_inventory
 from gpustack.lab.control_plane import ControlPlane
+from tests.kube.stand_ins import gpu_node_with_plugin_pod
 
 TARGET_S = 2.0
 
@@ -91,31 +92,16 @@ class RealApiServer:
     @staticmethod
     def _fill(cluster, nodes: int) -> list[str]:
         namespace = ClusterConfig().namespace
-        labels = dict(item.split("=") for item in cluster_status.DEVICE_PLUGIN_SELECTOR.split(","))
         json_type = "application/json"
         cluster.raw("POST", "/api/v1/namespaces", body={"metadata": {"name": namespace}},
                     ctype=json_type)  # fmt: skip
         # No controller-manager: the namespace's default service account is created here.
         cluster.raw("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts",
                     body={"metadata": {"name": "default"}}, ctype=json_type)  # fmt: skip
-        gpus = cluster_status.GPU_RESOURCE
-        resources = {"cpu": "32", "memory": "256Gi", "pods": "110", gpus: "8"}
-        since = "2026-01-01T00:00:00Z"
-        ready = [{"type": "Ready", "status": "True", "lastTransitionTime": since}]
 
         def add(name: str) -> None:
-            cluster.raw("POST", "/api/v1/nodes", ctype=json_type, body={
-                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-                "status": {"capacity": resources, "allocatable": resources,
-                           "conditions": ready}})  # fmt: skip
-            pod = f"nvidia-device-plugin-{name}"
-            cluster.raw("POST", f"/api/v1/namespaces/{namespace}/pods", ctype=json_type, body={
-                "metadata": {"name": pod, "labels": labels},
-                "spec": {"nodeName": name, "automountServiceAccountToken": False,
-                         "containers": [{"name": "plugin", "image": "stand-in"}]}})  # fmt: skip
-            cluster.raw("PATCH", f"/api/v1/namespaces/{namespace}/pods/{pod}/status",
-                        ctype="application/merge-patch+json",
-                        body={"status": {"phase": "Running", "conditions": ready}})  # fmt: skip
+            gpu_node_with_plugin_pod(cluster, name, namespace,
+                                     {"kubernetes.io/hostname": name}, node_ready=True)  # fmt: skip
 
         names = [f"gpu{i:04d}" for i in range(nodes)]
         with ThreadPoolExecutor(max_workers=8) as pool:

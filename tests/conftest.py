@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,6 +39,18 @@ def cli(*args: str) -> list[str]:
     if controller and args[:1] != ("lab",):
         return [*shlex.split(controller), "-m", "gpustack", *args]
     return [*GPUSTACK, *args]
+
+
+def wait_until(found, what: str, timeout: float = 90, interval: float = 0.5):
+    """Poll `found()` until it returns something true, and return that; fail the test with
+    "timed out waiting for WHAT" after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = found()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what}")
 
 
 def run_cli(*args: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:

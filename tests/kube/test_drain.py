@@ -14,6 +14,7 @@ import pytest
 from gpustack.k8s.cluster.connect import connect
 from gpustack.k8s.cluster.upgrade import KubernetesBackend
 from gpustack.upgrade.backend import StepOptions
+from tests.conftest import wait_until
 from tests.kube.conftest import KWOK_NODE_ANNOTATION
 
 pytestmark = pytest.mark.kube
@@ -43,16 +44,6 @@ def kwok_node(cluster, name: str, gpus: int, unschedulable: bool = False) -> Non
         "status": {"capacity": resources, "allocatable": resources},
     }
     cluster.raw("POST", "/api/v1/nodes", body=body, ctype="application/json")
-
-
-def wait(predicate, timeout: float = 90, what: str = ""):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def running_pods(cluster, namespace: str) -> list[dict]:
@@ -109,9 +100,9 @@ def test_gpu_pods_leave_one_at_a_time_under_a_real_pdb(kubeconfig, unique):
     }
     cluster.raw("POST", f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets", body=pdb,
                 ctype="application/json")  # fmt: skip
-    wait(lambda: len(running_pods(cluster, ns)) == 2, what="2 trainer pods Running")
+    wait_until(lambda: len(running_pods(cluster, ns)) == 2, what="2 trainer pods Running")
     assert {p["spec"]["nodeName"] for p in running_pods(cluster, ns)} == {old}
-    wait(
+    wait_until(
         lambda: (
             cluster.raw("GET", f"/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets/trainer")
             .get("status", {})
@@ -133,11 +124,11 @@ def test_gpu_pods_leave_one_at_a_time_under_a_real_pdb(kubeconfig, unique):
     assert "disruption budget trainer needs 1 healthy pods" in refused, refused
     cluster.raw("PATCH", f"/api/v1/nodes/{new}", body={"spec": {"unschedulable": False}},
                 ctype="application/merge-patch+json")  # fmt: skip
-    wait(lambda: first not in {p["metadata"]["name"] for p in backend.pods_on(old)},
+    wait_until(lambda: first not in {p["metadata"]["name"] for p in backend.pods_on(old)},
          what="the evicted pod gone")  # fmt: skip
     message = backend.evict_gpu_pods(old, RealClock(), opts)
 
     assert message == "evicted 1 GPU pod(s)"  # the second; the first was gone already
-    pods = wait(lambda: len(running_pods(cluster, ns)) == 2 and running_pods(cluster, ns),
+    pods = wait_until(lambda: len(running_pods(cluster, ns)) == 2 and running_pods(cluster, ns),
                 what="replacements Running")  # fmt: skip
     assert {p["spec"]["nodeName"] for p in pods} == {new}

@@ -28,9 +28,9 @@ from gpustack.k8s.cluster import apply
 from gpustack.k8s.cluster import status as cluster_status
 from gpustack.k8s.cluster.connect import connect
 from gpustack.k8s.manifests import ClusterConfig, render
-from tests.conftest import run_cli
+from tests.conftest import run_cli, wait_until
 from tests.kube.conftest import KWOK_NODE_ANNOTATION
-from tests.kube.test_drain import wait
+from tests.kube.stand_ins import gpu_node_with_plugin_pod
 
 pytestmark = pytest.mark.kube
 
@@ -136,8 +136,8 @@ def test_status_reads_nodes_and_plugin_pods_with_list_calls(
         node(cluster, b, 0)  # labelled for the plugin, without a GPU: the plugin crash-loops
         for name in cpus:
             node(cluster, name, 0, plugin=False)
-        wait(lambda: plugin_pod(cluster, a), what=f"the device plugin pod Ready on {a}")
-        crash_loop(cluster, wait(lambda: plugin_pod(cluster, b), what=f"a plugin pod on {b}"))
+        wait_until(lambda: plugin_pod(cluster, a), what=f"the device plugin pod Ready on {a}")
+        crash_loop(cluster, wait_until(lambda: plugin_pod(cluster, b), what=f"a plugin pod on {b}"))
         assert plugin_pod(cluster, b) is None and plugin_pod(cluster, b, ready=False)
 
         inv = _local_inventory(tmp_path, {"local-a": a, "local-b": b, "local-c": "missing"})
@@ -196,28 +196,13 @@ def test_pagination_follows_continue_tokens(kube, kubeconfig, tmp_path, unique):
     namespace, group = f"page-{unique}", f"gpustack.test/page={unique}"
     names = [f"p{unique}-{i:04d}" for i in range(NODES)]
     key, value = group.split("=")
-    labels = dict(item.split("=") for item in cluster_status.DEVICE_PLUGIN_SELECTOR.split(","))
-    now = "2026-01-01T00:00:00Z"
 
     def add(name: str) -> None:
-        resources = {"cpu": "32", "memory": "256Gi", "pods": "110", GPU: "8"}
-        cluster.raw("POST", "/api/v1/nodes", ctype=JSON, body={
-            "metadata": {"name": name, "labels": {key: value}},
-            "status": {"capacity": resources, "allocatable": resources}})  # fmt: skip
-        pod = f"nvidia-device-plugin-{name}"
-        cluster.raw("POST", f"/api/v1/namespaces/{namespace}/pods", ctype=JSON, body={
-            "metadata": {"name": pod, "labels": labels},
-            "spec": {"nodeName": name, "automountServiceAccountToken": False,
-                     "containers": [{"name": "plugin", "image": "lab.gpustack.local/plugin:1"}]}})  # fmt: skip
-        cluster.raw("PATCH", f"/api/v1/namespaces/{namespace}/pods/{pod}/status",
-                    ctype="application/merge-patch+json", body={"status": {
-                        "phase": "Running",
-                        "conditions": [{"type": "Ready", "status": "True",
-                                        "lastTransitionTime": now}]}})  # fmt: skip
+        gpu_node_with_plugin_pod(cluster, name, namespace, {key: value})
 
     cluster.raw("POST", "/api/v1/namespaces", body={"metadata": {"name": namespace}}, ctype=JSON)
     try:
-        wait(
+        wait_until(
             lambda: cluster.raw("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts")["items"],
             what="the namespace's default service account",
         )

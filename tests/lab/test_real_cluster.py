@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from gpustack.lab import kubelets, operand_images
-from tests.conftest import run_cli
+from tests.conftest import run_cli, wait_until
 from tests.fixtures import lab_fixtures
 
 pytestmark = pytest.mark.lab
@@ -132,7 +132,7 @@ def run_pod(kubeconfig: Path, node: str, runtime_class: str | None) -> tuple[dic
         pod = api.read_namespaced_pod(name, "default")
         return pod if pod.status.phase in ("Succeeded", "Failed") else None
 
-    pod = wait_for(finished, f"pod {name} to finish")
+    pod = wait_until(finished, f"pod {name} to finish", timeout=180)
     status = api.api_client.sanitize_for_serialization(pod.status)
     log = api.read_namespaced_pod_log(name, "default") if pod.status.phase == "Succeeded" else ""
     api.delete_namespaced_pod(name, "default", grace_period_seconds=0)
@@ -255,7 +255,7 @@ def test_a_rolling_upgrade_drains_a_real_node_and_stops_at_validation(lab, tmp_p
                 if p.status.phase == "Running" and not p.metadata.deletion_timestamp}  # fmt: skip
 
     try:
-        before = wait_for(lambda: running(), "the probe pod Running")
+        before = wait_until(running, "the probe pod Running", timeout=180)
         assert list(before.values()) == [node], before
         proc = run_cli("upgrade", str(inventory), "--kubeconfig", str(kubeconfig), "--limit", node,
                        "--driver-version", "535.261.03-1", "--drain", "--drain-timeout", "180",
@@ -272,8 +272,8 @@ def test_a_rolling_upgrade_drains_a_real_node_and_stops_at_validation(lab, tmp_p
         versions = node_command(CONTAINERS[0], "dpkg-query -W -f='${Version}' nvidia-smi")
         assert versions == "535.261.03-1"
         # the pod was evicted and replaced on the other node; this one stays out of service
-        after = wait_for(lambda: {k: v for k, v in running().items() if k not in before},
-                         "the replacement pod Running")  # fmt: skip
+        after = wait_until(lambda: {k: v for k, v in running().items() if k not in before},
+                           "the replacement pod Running", timeout=180)  # fmt: skip
         assert list(after.values()) == [other], after
         obj = core.read_node(node)
         assert obj.spec.unschedulable is True
@@ -283,16 +283,6 @@ def test_a_rolling_upgrade_drains_a_real_node_and_stops_at_validation(lab, tmp_p
         core.delete_namespace(ns)
         core.patch_node(node, {"spec": {"unschedulable": None}, "metadata": {
             "labels": {"nvidia.com/gpu-driver-upgrade-state": None}}})  # fmt: skip
-
-
-def wait_for(found, what: str, timeout: float = 180):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = found()
-        if value:
-            return value
-        time.sleep(1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def node_command(container: str, command: str) -> str:
