@@ -169,6 +169,18 @@ def state_path_for(inventory: Path) -> Path:
     return state_root() / "upgrades" / f"{slug}-{digest}.json"
 
 
+LOAD_ATTEMPTS = 50  # reads of a snapshot replaced under the reader before it settles for one
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """`path` still names the open file `fd` (it was not replaced since it was opened)."""
+    try:
+        now, held = os.stat(path), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
+
+
 class MemoryStateStore:
     """The run held in memory only (simulations and tests that need no file)."""
 
@@ -211,28 +223,29 @@ class FileStateStore(MemoryStateStore):
         self._torn = False  # the journal ends in a torn line: the next save is a snapshot
 
     def load(self) -> UpgradeRun | None:
-        for _ in range(3):  # the snapshot replaced while it was read (a live run): read again
+        # A live run may replace the snapshot (and drop the journal) while it is read: then the
+        # journal read belongs to a newer snapshot and is skipped, so read again. The snapshot
+        # stays open until the check, so its inode cannot be reused by the newer one's file.
+        for _ in range(LOAD_ATTEMPTS):
             try:
-                inode = os.stat(self.path).st_ino
-                raw = self.path.read_bytes()
+                fh = self.path.open("rb")
             except FileNotFoundError:
                 return None
-            try:
-                text = raw.decode("utf-8")
-                data = json.loads(text)
-                run = UpgradeRun.from_dict(data)
-                self._replay(run, data.get("journal_id", ""))
-            except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                reason = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
-                raise BadInput(
-                    f"upgrade state file {self.path} is not readable ({reason})",
-                    "move it aside to start a new upgrade (nodes it marked cordoned stay cordoned)",
-                ) from None
-            try:
-                if os.stat(self.path).st_ino == inode:
+            with fh:
+                try:
+                    text = fh.read().decode("utf-8")
+                    data = json.loads(text)
+                    run = UpgradeRun.from_dict(data)
+                    self._replay(run, data.get("journal_id", ""))
+                except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                    reason = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+                    raise BadInput(
+                        f"upgrade state file {self.path} is not readable ({reason})",
+                        "move it aside to start a new upgrade (nodes it marked cordoned stay "
+                        "cordoned)",
+                    ) from None
+                if _same_file(fh.fileno(), self.path):
                     break
-            except FileNotFoundError:
-                pass
         self._id = data.get("journal_id", "")
         self._snapshot_bytes = len(text)
         self._written(run)

@@ -160,6 +160,32 @@ def test_a_reader_during_writes_sees_a_consistent_prefix(tmp_path):
     assert FileStateStore(path).load().to_dict() == run.to_dict()
 
 
+def test_a_snapshot_replaced_during_each_of_several_reads_is_read_again(tmp_path, monkeypatch):
+    """The writer folds its journal between the reader's snapshot and journal reads, five times.
+
+    Each such read skips the journal (its lines belong to the newer snapshot) and is older than
+    the record: the reader has to read again. It gave up after three tries, and a CI run under
+    load saw the record shrink from 15 transitions to 7.
+    """
+    path = tmp_path / "state.json"
+    store, run = FileStateStore(path), new_run(6)
+    store.save(run)
+    replay, races = FileStateStore._replay, iter(range(5))
+
+    def racing_replay(self, loaded, snapshot_id):
+        race = next(races, None)
+        if race is not None:  # a new snapshot, then a line journalled after it
+            walk(run, store, f"node{race}", "cordon-required")
+            store.save(run)
+            walk(run, store, f"node{race}", "wait-for-jobs-required")
+        return replay(self, loaded, snapshot_id)
+
+    monkeypatch.setattr(FileStateStore, "_replay", racing_replay)
+    loaded = FileStateStore(path).load()
+    assert next(races, None) is None and len(loaded.history) == 10
+    assert loaded.to_dict() == run.to_dict()
+
+
 WRITER = """
 import sys, time
 sys.path.insert(0, {root!r})
