@@ -128,6 +128,8 @@ KWOK = GoComponent(
         "kustomize/stage/pod/fast/pod-ready.yaml",
         "kustomize/stage/pod/fast/pod-complete.yaml",
         "kustomize/stage/pod/fast/pod-delete.yaml",
+        # Its ClusterLogs CRD: tests serve a stand-in pod's log from a file through it.
+        "kustomize/crd/bases/kwok.x-k8s.io_clusterlogs.yaml",
     ),
 )
 
@@ -227,16 +229,31 @@ def component_dir(component: GoComponent, go: str | None = None) -> Path:
 
 
 def cached(component: GoComponent, go: str | None = None) -> Path | None:
-    """The component's bin/ directory when every binary is there, else None."""
+    """The component's bin/ directory when every binary and shared file is there, else None."""
+    bindir = _built(component, go)
+    share = component_dir(component, go) / "share"
+    if bindir and all((share / Path(f).name).is_file() for f in component.share):
+        return bindir
+    return None
+
+
+def _built(component: GoComponent, go: str | None = None) -> Path | None:
+    """The bin/ directory of a finished build (its shared files may be missing)."""
     bindir = component_dir(component, go) / "bin"
-    share = bindir.parent / "share"
     if (
         all((bindir / b).is_file() for b in component.binaries)
-        and all((share / Path(f).name).is_file() for f in component.share)
         and (bindir.parent / "build.json").is_file()
     ):
         return bindir
     return None
+
+
+def _copy_share(component: GoComponent, staging: Path, work: Path, env: dict[str, str]) -> None:
+    """The module's files `component.share` names, into `staging`/share (a download, no build)."""
+    source = Path(_module_info(component.module, component.version, work, env)["Dir"])
+    (staging / "share").mkdir(exist_ok=True)
+    for name in component.share:
+        shutil.copy2(source / name, staging / "share" / Path(name).name)
 
 
 @contextlib.contextmanager
@@ -286,11 +303,14 @@ def build(component: GoComponent, log: Callable[[str], None] = lambda _: None) -
         found = cached(component, go)
         if found:
             return found
-        log(f"building {component.name} v{component.version} with {go} (minutes, once)")
         env = dict(os.environ, CGO_ENABLED="1" if component.cgo else "0", GOFLAGS="-mod=mod")
         with tempfile.TemporaryDirectory(prefix=f"gpustack-build-{component.name}-") as tmp:
             work = Path(tmp)
             (work / "go.mod").write_text("module gpustack.local/build\n\ngo 1.26.0\n")
+            if _built(component, go):  # built before a shared file was added: copy, not rebuild
+                _copy_share(component, target, work, env)
+                return target / "bin"
+            log(f"building {component.name} v{component.version} with {go} (minutes, once)")
             extra = []
             if component.replaces:
                 extra = component.replaces(
@@ -339,10 +359,7 @@ def build(component: GoComponent, log: Callable[[str], None] = lambda _: None) -
                 shutil.copy2(out / binary, staging / "bin" / binary)
                 sizes[binary] = (staging / "bin" / binary).stat().st_size
             if component.share:
-                source = Path(_module_info(component.module, component.version, work, env)["Dir"])
-                (staging / "share").mkdir()
-                for name in component.share:
-                    shutil.copy2(source / name, staging / "share" / Path(name).name)
+                _copy_share(component, staging, work, env)
             (staging / "go.mod").write_text((work / "go.mod").read_text())
             (staging / "build.json").write_text(
                 json.dumps(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import subprocess
 import time
 import urllib.error
@@ -24,11 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 
+from gpustack.k8s.cluster.connect import connect
 from gpustack.lab import components
 from gpustack.lab.control_plane import ControlPlane
+from tests.conftest import wait_until
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+CRD = "kwok.x-k8s.io_"  # kwok's CRD files in the component's share/
+STAND_IN = "stand-in"
 
 
 @dataclass
@@ -40,6 +46,14 @@ class Kube:
 
     def kubectl_get(self, path: str) -> dict:
         return self.cp.get(path)
+
+    def stand_in(self):
+        """A client for the tests' stand-ins (user `stand-in`, cluster-admin): their requests
+        are told apart from gpustack's in the audit log by that user."""
+        path = self.kubeconfig.with_name("stand-in.kubeconfig")
+        if not path.exists():
+            self.cp.user_kubeconfig(path, STAND_IN, ("system:masters",))
+        return connect(str(path))
 
     def audit_mark(self) -> int:
         """Where the audit log ends now: `audit_events(mark)` returns what came after it."""
@@ -70,10 +84,38 @@ class Kube:
         return [e for e in events if e.get("stage") == "ResponseComplete"]
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _install_crd(kubeconfig: Path, path: Path) -> None:
+    cluster = connect(str(kubeconfig))
+    crd = yaml.safe_load(path.read_text())
+    cluster.raw("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body=crd,
+                ctype="application/json")  # fmt: skip
+    name = crd["metadata"]["name"]
+
+    def established():
+        got = cluster.raw("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+        conditions = (got.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    wait_until(established, what=f"CRD {name} established")
+
+
 def _start_kwok(cp: ControlPlane, kubeconfig: Path, logdir: Path) -> subprocess.Popen:
+    """kwok plays the kubelets of the annotated nodes, and serves their pods' logs on
+    127.0.0.1 (the nodes' InternalIP) from files that ClusterLogs objects name: the API server
+    proxies `pods/NAME/log` there as it would to a kubelet."""
     bindir = components.build(components.KWOK)
     kwok = bindir / "kwok"
-    stages = [f"--config={path}" for path in sorted((bindir.parent / "share").glob("*.yaml"))]
+    share = bindir.parent / "share"
+    stages = [f"--config={p}" for p in sorted(share.glob("*.yaml")) if not p.name.startswith(CRD)]
+    _install_crd(kubeconfig, share / f"{CRD}clusterlogs.yaml")
+    crt, key = cp.pki.issue("kwok-serving", "kwok", server=True, client=False, ips=("127.0.0.1",))
+    port = _free_port()
     log = open(logdir / "kwok.log", "ab")  # noqa: SIM115 (the child keeps it)
     proc = subprocess.Popen(
         [
@@ -81,10 +123,14 @@ def _start_kwok(cp: ControlPlane, kubeconfig: Path, logdir: Path) -> subprocess.
             f"--kubeconfig={kubeconfig}",
             "--manage-all-nodes=false",
             f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
-            "--node-ip=10.0.0.1",
+            "--node-ip=127.0.0.1",
+            f"--node-port={port}",
             "--cidr=10.0.0.1/16",
             "--node-lease-duration-seconds=40",
-            "--server-address=",
+            f"--server-address=127.0.0.1:{port}",
+            f"--tls-cert-file={crt}",
+            f"--tls-private-key-file={key}",
+            "--enable-crds=ClusterLogs",
             *stages,
         ],
         stdout=log,

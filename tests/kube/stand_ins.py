@@ -1,15 +1,27 @@
-"""STAND-INS for what a real cluster's kubelets and DaemonSet controller would make, for reads of
-many nodes at once (`status` pagination, the 10,000-node benchmark): a Node object with GPUs
-allocatable and no kubelet behind it, and a device plugin pod bound to it that the API server is
-told is Running and Ready. Nothing runs; only the objects a read lists are real."""
+"""STAND-INS for what a real cluster's kubelets, device plugins and GPU containers would do,
+each labelled: Node objects with GPUs allocatable and no kubelet behind them (read-only, for
+`status` over many nodes, or kwok's), device plugin pods the API server is told are Ready, and
+verification pods whose output and exit are written by the test. No GPU and no container is
+involved; the API server, controllers and scheduler around them are real."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubernetes.client.exceptions import ApiException
+
 from gpustack.k8s.cluster import status as cluster_status
+from gpustack.k8s.cluster.pods import RUN_LABEL
+from tests.kube.conftest import KWOK_NODE_ANNOTATION
 
 JSON = "application/json"
 SINCE = "2026-01-01T00:00:00Z"
 READY = [{"type": "Ready", "status": "True", "lastTransitionTime": SINCE}]
+CLUSTER_LOGS = "/apis/kwok.x-k8s.io/v1alpha1/clusterlogs"
 
 
 def gpu_node_with_plugin_pod(cluster, name: str, namespace: str, node_labels: dict,
@@ -32,3 +44,103 @@ def gpu_node_with_plugin_pod(cluster, name: str, namespace: str, node_labels: di
     cluster.raw("PATCH", f"/api/v1/namespaces/{namespace}/pods/{pod}/status",
                 ctype="application/merge-patch+json",
                 body={"status": {"phase": "Running", "conditions": READY}})  # fmt: skip
+
+
+def kwok_gpu_node(cluster, name: str, gpus: int = 0, labels: dict | None = None,
+                  resources: dict | None = None) -> None:  # fmt: skip
+    """A kwok node (kwok plays its kubelet) with `gpus` nvidia.com/gpu in capacity and
+    allocatable, the STAND-IN for what NVIDIA's device plugin would register on a GPU node, and
+    any other `resources` (MIG or shared resources) the same way."""
+    extra = {cluster_status.GPU_RESOURCE: str(gpus)} if gpus else {}
+    extra.update(resources or {})
+    amounts = {"cpu": "32", "memory": "256Gi", "pods": "110", **extra}
+    cluster.raw("POST", "/api/v1/nodes", ctype=JSON, body={
+        "metadata": {"name": name, "annotations": {KWOK_NODE_ANNOTATION: "fake"},
+                     "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "status": {"capacity": amounts, "allocatable": amounts}})  # fmt: skip
+
+
+@dataclass
+class Outcome:
+    """What a stand-in container prints and how it exits."""
+
+    output: str
+    exit_code: int = 0
+
+
+class VerificationPods:
+    """STAND-IN for the containers of gpustack's verification pods on kwok nodes (no GPU, no
+    container runs): a thread watches the pods gpustack labels `gpustack.io/verify-run` on the
+    nodes of `outcomes`; once kwok has made one Running, it writes the node's output as a CRI
+    log file, names it in a kwok ClusterLogs object so that `pods/NAME/log` answers it through
+    the API server as a kubelet would, waits until the API server serves it, then ends the pod
+    (Succeeded, or Failed with the exit code) as a kubelet reports a container that exited.
+    Nodes not in `outcomes` keep their pods Running, as a hung container would.
+
+    Use as a context manager; `handled` lists the pods it ended."""
+
+    def __init__(self, cluster, directory: Path, outcomes: dict[str, Outcome]):
+        self.cluster, self.directory, self.outcomes = cluster, directory, outcomes
+        self.handled: list[str] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> VerificationPods:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        for name in self.handled:
+            with contextlib.suppress(ApiException):
+                self.cluster.raw("DELETE", f"{CLUSTER_LOGS}/{name}")
+        assert not self.errors, self.errors
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            try:
+                pods = self.cluster.raw("GET", "/api/v1/pods", [("labelSelector", RUN_LABEL)])
+                for pod in pods["items"]:
+                    node, name = pod["spec"].get("nodeName"), pod["metadata"]["name"]
+                    phase = (pod.get("status") or {}).get("phase")
+                    if node in self.outcomes and phase == "Running" and name not in self.handled:
+                        self._end(pod, self.outcomes[node])
+                        self.handled.append(name)
+            except Exception as exc:  # reported by __exit__: a thread cannot fail the test
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+                return
+
+    def _end(self, pod: dict, outcome: Outcome) -> None:
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        path = self.directory / f"{name}.log"
+        path.write_text(
+            "".join(f"{SINCE} stdout F {line}\n" for line in outcome.output.splitlines())
+        )
+        self.cluster.raw("POST", CLUSTER_LOGS, ctype=JSON, body={
+            "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs",
+            "metadata": {"name": name},
+            "spec": {"selector": {"matchNamespaces": [ns], "matchNames": [name]},
+                     "logs": [{"logsFile": str(path)}]}})  # fmt: skip
+        log_path = f"/api/v1/namespaces/{ns}/pods/{name}/log"
+        deadline = time.monotonic() + 10
+        while True:  # kwok reads ClusterLogs through its own watch: until it serves this one
+            with contextlib.suppress(ApiException):
+                if self.cluster.raw("GET", log_path) == outcome.output:
+                    break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"kwok never served the log of {ns}/{name}")
+            time.sleep(0.05)
+        code = outcome.exit_code
+        terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                      "startedAt": SINCE, "finishedAt": SINCE}  # fmt: skip
+        containers = [
+            {"name": c["name"], "image": c["image"], "imageID": "", "ready": False,
+             "restartCount": 0, "state": {"terminated": terminated}}
+            for c in pod["spec"]["containers"]
+        ]  # fmt: skip
+        self.cluster.raw("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status",
+                         ctype="application/merge-patch+json", body={"status": {
+                             "phase": "Succeeded" if code == 0 else "Failed",
+                             "containerStatuses": containers}})  # fmt: skip
