@@ -55,6 +55,36 @@ def test_versions_are_pinned_once_and_the_cache_is_keyed_by_them(monkeypatch, tm
     assert components.cached(components.KWOK, "go1.26.8") is None  # its stage files missing
 
 
+def test_a_shared_file_added_later_is_copied_from_the_module_without_a_rebuild(
+    monkeypatch, tmp_path
+):
+    monkeypatch.setenv(components.CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.setattr(components, "go_version", lambda: "go1.26.8")
+    module = tmp_path / "module"
+    for name in components.KWOK.share:
+        (module / name).parent.mkdir(parents=True, exist_ok=True)
+        (module / name).write_text(name)
+    kwok = components.component_dir(components.KWOK, "go1.26.8")
+    (kwok / "bin").mkdir(parents=True)
+    (kwok / "bin" / "kwok").write_text("built before")
+    (kwok / "build.json").write_text("{}")
+    downloads = []
+
+    def module_info(mod, version, cwd, env):
+        downloads.append((mod, version))
+        return {"Dir": str(module), "GoMod": str(module / "go.mod")}
+
+    def no_go(*args, **kwargs):
+        raise AssertionError("rebuilt")
+
+    monkeypatch.setattr(components, "_module_info", module_info)
+    monkeypatch.setattr(components, "_go", no_go)
+    assert components.build(components.KWOK) == kwok / "bin"
+    assert downloads == [(components.KWOK.module, components.KWOK.version)]
+    assert (kwok / "bin" / "kwok").read_text() == "built before"
+    assert components.cached(components.KWOK, "go1.26.8") == kwok / "bin"
+
+
 def test_version_ldflags_name_the_pinned_release():
     flags = " ".join(components.KUBERNETES.ldflags)
     assert f"gitVersion=v{components.KUBERNETES_VERSION}" in flags
