@@ -31,6 +31,7 @@ LAB = f"{os.environ.get('GPUSTACK_TEST_LAB_PREFIX', '')}rk{os.getpid()}"
 OSES = ("debian12", "debian13")
 NODES = [f"{LAB}-node{i + 1}" for i in range(len(OSES))]
 CONTAINERS = [f"gpustack-{LAB}-node{i + 1}" for i in range(len(OSES))]
+NAMESPACE = "gpustack-system"
 
 
 def list_nodes(kubeconfig: Path) -> list[dict]:
@@ -213,6 +214,81 @@ def test_verify_says_there_is_no_gpu(lab):
         assert checks["node"]["status"] == "passed"
         assert checks["gpus"]["status"] == "failed"
         assert "not loaded: no NVIDIA device" in checks["gpus"]["message"], checks
+
+
+MODES = {
+    "time-slicing": ("gpustack_k8s_time_slicing_replicas=4",),
+    "mps": ("gpustack_k8s_mps_replicas=2",),
+    "dra": ("gpustack_k8s_gpu_allocation=dra",),
+    "default": (),  # back to the default for the tests after these
+}
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_each_gpu_mode_installs_for_real_and_says_there_is_no_gpu(lab, mode):
+    """install in each way of giving GPUs to pods, one after the other on the same cluster: the
+    real API server admits the mode's objects (the device plugin's sharing config, the MPS
+    control daemon, DRA's DeviceClass in resource.k8s.io/v1 and NVIDIA's DRA driver), removes
+    the other allocator's, and every node is reported without a GPU."""
+    inventory, kubeconfig, varsfile = lab
+    extra = [arg for var in MODES[mode] for arg in ("-e", var)]
+    code, report = install(inventory, kubeconfig, varsfile, *extra)
+    k8s = report["kubernetes"]
+    assert code == report["exit_code"] == 3, report
+    assert report["summary"]["failed"] == 0
+    for node in NODES:
+        checks = {c["name"]: c for c in k8s["nodes"][node]["checks"]}
+        assert checks["gpus"]["status"] == "failed"
+        assert "no NVIDIA device" in checks["gpus"]["message"], checks
+    from kubernetes import client, config
+
+    api_client = config.new_client_from_config(str(kubeconfig))
+    apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+    daemonsets = {d.metadata.name for d in apps.list_namespaced_daemon_set(NAMESPACE).items}
+    if mode == "dra":
+        classes = client.CustomObjectsApi(api_client).list_cluster_custom_object(
+            "resource.k8s.io", "v1", "deviceclasses"
+        )
+        assert "gpu.nvidia.com" in {c["metadata"]["name"] for c in classes["items"]}
+        assert "nvidia-device-plugin" not in daemonsets, daemonsets
+        assert any(name.startswith("nvidia-dra-driver") for name in daemonsets), daemonsets
+        return
+    assert "nvidia-device-plugin" in daemonsets, daemonsets
+    configs = "".join(
+        "".join((c.data or {}).values()) for c in core.list_namespaced_config_map(NAMESPACE).items
+    )
+    if mode == "time-slicing":
+        assert "timeSlicing" in configs and "replicas: 4" in configs, configs
+    if mode == "mps":
+        assert "mps:" in configs and "replicas: 2" in configs, configs
+        assert any("mps" in name for name in daemonsets), daemonsets
+
+
+def test_the_mig_label_flow_refuses_a_node_without_a_gpu(lab):
+    """A node labelled nvidia.com/mig.config as a user would: `gpustack mig` reads the label,
+    the nvidia_mig role finds no NVIDIA device on the host, and the node is marked failed with
+    that reason, never cordoned (nothing was changed on it)."""
+    inventory, kubeconfig, varsfile = lab
+    from kubernetes import client, config
+
+    core = client.CoreV1Api(config.new_client_from_config(str(kubeconfig)))
+    node = NODES[1]
+    core.patch_node(node, {"metadata": {"labels": {"nvidia.com/mig.config": "all-1g.10gb"}}})
+    try:
+        proc = run_cli("mig", str(inventory), "--kubeconfig", str(kubeconfig), "--limit", node,
+                       "--validation-timeout", "10", "-e", f"@{varsfile}", "-o", "json",
+                       timeout=1200)  # fmt: skip
+        doc = json.loads(proc.stdout)
+        assert proc.returncode == doc["exit_code"] == 1, proc.stderr[-3000:]
+        result = doc["nodes"][node]
+        assert result["config"] == "all-1g.10gb" and result["state"] == "failed", result
+        assert "no NVIDIA device" in result["reason"], result
+        obj = core.read_node(node)
+        assert obj.metadata.labels["nvidia.com/mig.config.state"] == "failed"
+        assert not obj.spec.unschedulable
+    finally:
+        core.patch_node(node, {"metadata": {"labels": {"nvidia.com/mig.config": None,
+                                                       "nvidia.com/mig.config.state": None}}})  # fmt: skip
 
 
 def test_a_rolling_upgrade_drains_a_real_node_and_stops_at_validation(lab, tmp_path):
