@@ -106,41 +106,43 @@ class VerificationPods:
                     node, name = pod["spec"].get("nodeName"), pod["metadata"]["name"]
                     phase = (pod.get("status") or {}).get("phase")
                     if node in self.outcomes and phase == "Running" and name not in self.handled:
-                        self._end(pod, self.outcomes[node])
+                        end_verification_pod(self.cluster, self.directory, pod, self.outcomes[node])
                         self.handled.append(name)
             except Exception as exc:  # reported by __exit__: a thread cannot fail the test
                 self.errors.append(f"{type(exc).__name__}: {exc}")
                 return
 
-    def _end(self, pod: dict, outcome: Outcome) -> None:
-        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-        path = self.directory / f"{name}.log"
-        path.write_text(
-            "".join(f"{SINCE} stdout F {line}\n" for line in outcome.output.splitlines())
-        )
-        self.cluster.raw("POST", CLUSTER_LOGS, ctype=JSON, body={
-            "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs",
-            "metadata": {"name": name},
-            "spec": {"selector": {"matchNamespaces": [ns], "matchNames": [name]},
-                     "logs": [{"logsFile": str(path)}]}})  # fmt: skip
-        log_path = f"/api/v1/namespaces/{ns}/pods/{name}/log"
-        deadline = time.monotonic() + 10
-        while True:  # kwok reads ClusterLogs through its own watch: until it serves this one
-            with contextlib.suppress(ApiException):
-                if self.cluster.raw("GET", log_path) == outcome.output:
-                    break
-            if time.monotonic() > deadline:
-                raise AssertionError(f"kwok never served the log of {ns}/{name}")
-            time.sleep(0.05)
-        code = outcome.exit_code
-        terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
-                      "startedAt": SINCE, "finishedAt": SINCE}  # fmt: skip
-        containers = [
-            {"name": c["name"], "image": c["image"], "imageID": "", "ready": False,
-             "restartCount": 0, "state": {"terminated": terminated}}
-            for c in pod["spec"]["containers"]
-        ]  # fmt: skip
-        self.cluster.raw("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status",
-                         ctype="application/merge-patch+json", body={"status": {
-                             "phase": "Succeeded" if code == 0 else "Failed",
-                             "containerStatuses": containers}})  # fmt: skip
+
+def end_verification_pod(cluster, directory: Path, pod: dict, outcome: Outcome) -> None:
+    """What `VerificationPods` does for one Running pod: serve `outcome.output` as its log
+    (kwok, through a ClusterLogs object), wait until the API server serves it, then end the pod
+    as a kubelet reports a container that exited with `outcome.exit_code`."""
+    ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    path = directory / f"{name}.log"
+    path.write_text("".join(f"{SINCE} stdout F {line}\n" for line in outcome.output.splitlines()))
+    cluster.raw("POST", CLUSTER_LOGS, ctype=JSON, body={
+        "apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "ClusterLogs",
+        "metadata": {"name": name},
+        "spec": {"selector": {"matchNamespaces": [ns], "matchNames": [name]},
+                 "logs": [{"logsFile": str(path)}]}})  # fmt: skip
+    log_path = f"/api/v1/namespaces/{ns}/pods/{name}/log"
+    deadline = time.monotonic() + 10
+    while True:  # kwok reads ClusterLogs through its own watch: until it serves this one
+        with contextlib.suppress(ApiException):
+            if cluster.raw("GET", log_path) == outcome.output:
+                break
+        if time.monotonic() > deadline:
+            raise AssertionError(f"kwok never served the log of {ns}/{name}")
+        time.sleep(0.05)
+    code = outcome.exit_code
+    terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                  "startedAt": SINCE, "finishedAt": SINCE}  # fmt: skip
+    containers = [
+        {"name": c["name"], "image": c["image"], "imageID": "", "ready": False,
+         "restartCount": 0, "state": {"terminated": terminated}}
+        for c in pod["spec"]["containers"]
+    ]  # fmt: skip
+    cluster.raw("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status",
+                ctype="application/merge-patch+json", body={"status": {
+                    "phase": "Succeeded" if code == 0 else "Failed",
+                    "containerStatuses": containers}})  # fmt: skip

@@ -21,11 +21,10 @@ STAND-INS:
     identity the plugin runs as (gpustack's ServiceAccount for it), so gpustack's ClusterRole
     must grant what publishing takes. No GPU is involved: the devices are what the test writes.
   - Verification pods: nothing runs `nvidia-smi -L`. When the scheduler has allocated the claim
-    and kwok has the pod Running, the test records what the scheduler allocated and writes the
-    pod's status as a kubelet would when the container exits 0 (`VerifyPodExits`). There is no
-    kubelet log endpoint, so gpustack reads no `nvidia-smi -L` listing and its `pod` check
-    fails with "nvidia-smi -L listed no GPU": these tests assert that, and the emulator's tests
-    (tests/cluster/test_dra_k8s.py) still hold the checks that need the listing.
+    and kwok has the pod Running, the test records what the scheduler allocated, has kwok serve
+    the listing a container given that device would print (its GPU's line, and the MIG device's)
+    as the pod's log, and writes the pod's status as a kubelet would when the container exits 0
+    (`VerifyPodExits`). gpustack then judges that listing against the host and the slices.
 
 Left on the emulator: a cluster without resource.k8s.io/v1 (kube-apiserver 1.36 locks the
 DynamicResourceAllocation gate on, and with `--runtime-config=resource.k8s.io/v1=false` its own
@@ -39,6 +38,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from kubernetes.client.exceptions import ApiException
@@ -48,9 +48,10 @@ from gpustack.k8s.cluster import apply, flow
 from gpustack.k8s.cluster import status as cluster_status
 from gpustack.k8s.cluster.connect import connect
 from gpustack.k8s.manifests import DRA_DRIVER, DRA_SERVICE_ACCOUNT, ClusterConfig, render
-from tests.cluster.helpers import gpu_facts, inventory, run_result, uuids_for
+from tests.cluster.helpers import gpu_facts, inventory, run_result, smi_output, uuids_for
 from tests.conftest import wait_until
 from tests.kube.conftest import KWOK_NODE_ANNOTATION
+from tests.kube.stand_ins import Outcome, end_verification_pod
 
 pytestmark = pytest.mark.kube
 
@@ -176,11 +177,14 @@ class PluginPublishes(_Poller):
 
 class VerifyPodExits(_Poller):
     """STAND-IN for the verification container: once a gpustack verification pod is Running
-    (the scheduler allocated its claim, kwok started it), record its claim and write the pod's
-    status as the kubelet would after `nvidia-smi -L` exited 0."""
+    (the scheduler allocated its claim, kwok started it), record its claim, and end the pod as
+    `nvidia-smi -L` would in a container given the allocated device: its GPU's line (and the
+    MIG device's under it), served as the pod's log by kwok, exit 0 (`end_verification_pod`).
+    What a device the test publishes lists is the test's: no GPU is involved."""
 
-    def __init__(self, cluster, namespace: str):
-        self.cluster, self.namespace = cluster, namespace
+    def __init__(self, cluster, namespace: str, directory: Path, without_claim=None):
+        self.cluster, self.namespace, self.directory = cluster, namespace, directory
+        self.without_claim = without_claim or {}  # node -> the listing of a pod without a claim
         self.claims: dict[str, dict] = {}  # pod name -> its ResourceClaim while it ran
         self.nodes: dict[str, str] = {}  # pod name -> node
         self.specs: dict[str, dict] = {}  # pod name -> its spec
@@ -199,14 +203,26 @@ class VerifyPodExits(_Poller):
             self.claims[name] = claim
             self.nodes[name] = pod["spec"].get("nodeName", "")
             self.specs[name] = pod["spec"]
-            now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-            exited = {"terminated": {"exitCode": 0, "reason": "Completed",
-                                     "startedAt": now, "finishedAt": now}}  # fmt: skip
-            self.cluster.raw(
-                "PATCH", f"/api/v1/namespaces/{self.namespace}/pods/{name}/status",
-                body={"status": {"phase": "Succeeded", "containerStatuses": [
-                    {"name": "verify", "ready": False, "restartCount": 0, "image": "verify",
-                     "imageID": "", "state": exited}]}}, ctype=MERGE)  # fmt: skip
+            node = self.nodes[name]
+            listing = (
+                smi_listing(self.cluster, claim) if claim else self.without_claim.get(node, "")
+            )
+            end_verification_pod(self.cluster, self.directory, pod, Outcome(listing))
+
+
+def smi_listing(cluster, claim: dict) -> str:
+    """`nvidia-smi -L` in a container given the claim's allocated device (as the published
+    device's attributes say): the GPU's line, and for a MIG device its line under the GPU's."""
+    (result,) = claim["status"]["allocation"]["devices"]["results"]
+    slices = items(cluster, f"{RES}/resourceslices")
+    device = next(d for s in slices if s["spec"]["pool"]["name"] == result["pool"]
+                  for d in s["spec"]["devices"] if d["name"] == result["device"])  # fmt: skip
+    attrs = {k: next(iter(v.values())) for k, v in device["attributes"].items()}
+    product = attrs.get("productName", "NVIDIA GPU")
+    if attrs["type"] == "mig":
+        return (f"GPU 0: {product} (UUID: {attrs['parentUUID']})\n"
+                f"  MIG {attrs['profile']} Device 0: (UUID: {attrs['uuid']})\n")  # fmt: skip
+    return f"GPU 0: {product} (UUID: {attrs['uuid']})\n"
 
 
 @pytest.fixture
@@ -244,16 +260,13 @@ def gpu_nodes(cluster, hosts: dict[str, int], device_plugin_too=False):
     return {h: gpu_facts(h, n) for h, n in hosts.items()}, devices
 
 
-NO_LOG = "nvidia-smi -L listed no GPU"  # kwok serves no log: see the module docstring
-
-
 def dra_install(cluster, plugin, kubeconfig, unique, hosts, devices=None):
     """gpustack's DRA install with the stand-ins running; -> (report, VerifyPodExits)."""
     facts, published = gpu_nodes(cluster, hosts)
     session = session_for(kubeconfig, unique, list(hosts))
     ns = session.config.namespace
     with PluginPublishes(cluster, plugin, ns, devices or published), \
-            VerifyPodExits(cluster, ns) as pods:  # fmt: skip
+            VerifyPodExits(cluster, ns, kubeconfig.parent) as pods:  # fmt: skip
         report = flow.install(session, run_result(facts))
     return report, pods
 
@@ -282,10 +295,14 @@ def test_dra_install_publishes_devices_and_the_scheduler_allocates_each_nodes_cl
     ns = f"gs-dra-{unique}"
     slices = {s["spec"]["nodeName"]: s for s in items(cluster, f"{RES}/resourceslices")}
     for node in report.nodes:
-        assert [c.name for c in node.checks] == ["node", "gpus", "operands", "devices", "pod"]
+        assert [c.name for c in node.checks] == ["node", "gpus", "operands", "devices", "pod",
+                                                 "gfd"]  # fmt: skip
+        assert node.check("gfd").status == "skipped"  # no NFD on this control plane
         assert checks(node)["devices"] == "passed", node.to_dict()
-        # the pod ran (kwok) and exited 0 (stand-in); gpustack read no listing (no kubelet log)
-        assert node.check("pod").status == "failed" and node.check("pod").message == NO_LOG
+        # the pod ran (kwok) and listed the device the scheduler allocated (stand-in output)
+        pod = node.check("pod")
+        assert pod.status == "passed", pod.message
+        assert "one of the devices gpu.nvidia.com publishes" in pod.message, pod.message
         published = [
             d["attributes"]["uuid"]["string"] for d in slices[node.node]["spec"]["devices"]
         ]
@@ -335,7 +352,7 @@ def test_a_node_whose_gpus_are_all_claimed_is_skipped_not_disturbed(
     facts, devices = gpu_nodes(cluster, {host: 1})
     session = session_for(kubeconfig, unique, [host])
     with PluginPublishes(cluster, plugin, session.config.namespace, devices), \
-            VerifyPodExits(cluster, session.config.namespace):  # fmt: skip
+            VerifyPodExits(cluster, session.config.namespace, kubeconfig.parent):  # fmt: skip
         report = flow.install(session, run_result(facts))
         assert checks(report.nodes[0])["devices"] == "passed", report.to_dict()
         namespace(cluster, ns)
@@ -369,7 +386,8 @@ def test_an_all_mig_node_is_verified_with_a_mig_device(cluster, plugin, kubeconf
 
     node = report.nodes[0]
     assert node.check("devices").status == "passed" and "2 mig" in node.check("devices").message
-    assert node.check("pod").message == NO_LOG
+    pod = node.check("pod")
+    assert pod.status == "passed" and "(mig.nvidia.com)" in pod.message, pod.message
     (claim,) = pods.claims.values()
     assert claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] == "mig.nvidia.com"
     (result,) = claim["status"]["allocation"]["devices"]["results"]
@@ -397,7 +415,10 @@ def test_switching_back_to_the_device_plugin_removes_the_dra_kubelet_plugin(
     host = f"gpu1-{unique}"
     facts, devices = gpu_nodes(cluster, {host: 1}, device_plugin_too=True)
     ns = f"gs-dra-{unique}"
-    with PluginPublishes(cluster, plugin, ns, devices), VerifyPodExits(cluster, ns):
+    # the device plugin's pod asks one nvidia.com/gpu and would be given one of the host's
+    whole = {host: smi_output(uuids_for(host, 1))}
+    with PluginPublishes(cluster, plugin, ns, devices), \
+            VerifyPodExits(cluster, ns, kubeconfig.parent, whole):  # fmt: skip
         first = flow.install(session_for(kubeconfig, unique, [host]), run_result(facts))
         assert checks(first.nodes[0])["devices"] == "passed", first.to_dict()
 
@@ -416,12 +437,11 @@ def test_switching_back_to_the_device_plugin_removes_the_dra_kubelet_plugin(
     wait_until(lambda: not items(cluster, f"/api/v1/namespaces/{ns}/pods?labelSelector="
                                           "app.kubernetes.io%2Fname%3Dnvidia-dra-driver-gpu"),
                what="the DRA kubelet plugin's pods gone", timeout=20)  # fmt: skip
-    # `capacity` read the allocatable the test wrote for the device plugin (a stand-in); the
-    # only check that fails is the one that needs the pod's output
+    # `capacity` read the allocatable the test wrote for the device plugin (a stand-in)
     node = report.nodes[0]
     assert node.check("capacity").status == "passed"
-    assert [c.name for c in node.checks if c.status != "passed"] == ["pod"]
-    assert node.check("pod").message == NO_LOG
+    assert [c.name for c in node.checks if c.status != "passed"] == ["gfd"], node.to_dict()
+    assert node.check("gfd").status == "skipped"  # no NFD on this control plane
 
 
 def test_uninstall_after_switching_back_removes_what_the_dra_setting_left(
@@ -432,7 +452,10 @@ def test_uninstall_after_switching_back_removes_what_the_dra_setting_left(
     host = f"gpu1-{unique}"
     facts, devices = gpu_nodes(cluster, {host: 1}, device_plugin_too=True)
     ns = f"gs-dra-{unique}"
-    with PluginPublishes(cluster, plugin, ns, devices), VerifyPodExits(cluster, ns):
+    # the device plugin's pod asks one nvidia.com/gpu and would be given one of the host's
+    whole = {host: smi_output(uuids_for(host, 1))}
+    with PluginPublishes(cluster, plugin, ns, devices), \
+            VerifyPodExits(cluster, ns, kubeconfig.parent, whole):  # fmt: skip
         flow.install(session_for(kubeconfig, unique, [host]), run_result(facts))
         flow.install(session_for(kubeconfig, unique, [host], {}), run_result(facts))
     assert managed(items(cluster, f"{RES}/deviceclasses"))  # left by the switch
