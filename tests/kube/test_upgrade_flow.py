@@ -11,8 +11,8 @@ STAND-INS, each named where it is used:
   kubelet does when the device plugin restarts. No GPU, driver or device plugin is involved;
 - the verification pod's container (`nvidia-smi -L`): kwok runs nothing and completes only
   Job-owned pods, so `verification_pods_exit` writes its status as a kubelet reports a
-  container that exited 0. The upgrade reads only the pod's phase, so its validation runs as
-  it would; what nvidia-smi prints on a real node is checked in tests/lab/test_upgrade.py;
+  container that exited 0. The upgrade's validation reads only the pod's phase (not its log),
+  so it runs as it would; whether nvidia-smi would succeed on the node is not tested here;
 - a batch pod's process finishing (`finish_pod`), for the wait for jobs.
 
 Each test has its own nodes (`gpuNNN-<unique>`, labelled with the test's fleet label), its own
@@ -390,11 +390,11 @@ def test_wait_for_jobs_then_validation_waits_for_gpus(fleet):
     hosts = gpu_fleet(fleet, 1)
     workload(fleet, hosts[0], "job-1", gpus=0, labels={"kind": "batch"}, owner=None,
              restart="Never")  # fmt: skip
-    finished_at: list[float] = []
+    finished_at: list[float] = []  # when the pod's status was sent: it ran until then
 
     def finish_job():
-        finish_pod(fleet.cluster, fleet.ns, "job-1")
         finished_at.append(time.time())
+        finish_pod(fleet.cluster, fleet.ns, "job-1")
 
     timers: list[threading.Timer] = []
 
