@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes.client.exceptions import ApiException
 
 from gpustack.k8s.cluster.connect import connect
 from gpustack.lab import components
@@ -169,3 +170,21 @@ def unique() -> str:
     """A short name unique to the test: node names and namespaces never clash on the shared
     control plane."""
     return uuid.uuid4().hex[:6]
+
+
+@pytest.fixture(autouse=True)
+def _nodes_go_with_their_test(request):
+    """Nodes a test adds are deleted when it ends: the control plane is shared by the tests of a
+    worker, and a node left labelled for gpustack's operands would get the next test's
+    DaemonSet pods. (Nodes of a module-scoped fixture exist before its tests start: kept.)"""
+    if "kube" not in request.fixturenames:
+        yield
+        return
+    kube = request.getfixturevalue("kube")
+    before = {n["metadata"]["name"] for n in kube.kubectl_get("/api/v1/nodes")["items"]}
+    yield
+    cluster = kube.stand_in()
+    for node in kube.kubectl_get("/api/v1/nodes")["items"]:
+        if node["metadata"]["name"] not in before:
+            with contextlib.suppress(ApiException):
+                cluster.raw("DELETE", f"/api/v1/nodes/{node['metadata']['name']}")

@@ -18,7 +18,7 @@ import pytest
 
 from gpustack.k8s.cluster import flow
 from tests.cluster.helpers import gpu_facts, inventory, run_result, smi_output, uuids_for
-from tests.kube.stand_ins import Outcome, VerificationPods, kwok_gpu_node
+from tests.kube.stand_ins import Outcome, VerificationPods, kwok_node
 
 pytestmark = pytest.mark.kube
 
@@ -57,8 +57,8 @@ def gpustack_calls(events: list[dict]) -> list[tuple[str, str]]:
 def test_install_applies_labels_waits_and_verifies(kube, kubeconfig, unique, tmp_path):
     ns, one, two = f"gs-{unique}", f"gpu1-{unique}", f"gpu2-{unique}"
     cluster = kube.stand_in()
-    kwok_gpu_node(cluster, one, gpus=2)
-    kwok_gpu_node(cluster, two, gpus=4)
+    kwok_node(cluster, one, gpus=2)
+    kwok_node(cluster, two, gpus=4)
     facts = {one: gpu_facts(one, 2), two: gpu_facts(two, 4)}
     # each pod asks for one GPU: the device plugin would have given it one of the host's
     outputs = {h: Outcome(smi_output(uuids_for(h, n)[-1:])) for h, n in ((one, 2), (two, 4))}
@@ -77,7 +77,9 @@ def test_install_applies_labels_waits_and_verifies(kube, kubeconfig, unique, tmp
         assert node.check("gfd").status == "skipped"  # no NFD in this cluster
         assert "GFD labels need Node Feature Discovery running" in node.check("gfd").message
     assert report.gfd_mode == "feature-file" and report.nfd_api is False
-    assert {a.action for a in report.applied} == {"created"}
+    assert {a.action for a in report.applied if a.namespace == ns} == {"created"}
+    # cluster-scoped ones (the RuntimeClass) are shared with the worker's earlier tests
+    assert {a.action for a in report.applied} <= {"created", "unchanged"}
     kinds = {(a.kind, a.name) for a in report.applied}
     assert ("RuntimeClass", "nvidia") in kinds and ("DaemonSet", "nvidia-device-plugin") in kinds
     assert ("ServiceMonitor", "dcgm-exporter") not in kinds  # no CRD in this cluster
@@ -104,7 +106,7 @@ def test_install_applies_labels_waits_and_verifies(kube, kubeconfig, unique, tmp
 def test_second_install_changes_nothing(kube, kubeconfig, unique, tmp_path):
     ns, node = f"gs-{unique}", f"gpu1-{unique}"
     cluster = kube.stand_in()
-    kwok_gpu_node(cluster, node, gpus=1)
+    kwok_node(cluster, node, gpus=1)
     facts = {node: gpu_facts(node, 1)}
     outputs = {node: Outcome(smi_output(uuids_for(node, 1)))}
 
@@ -136,7 +138,7 @@ def test_second_install_changes_nothing(kube, kubeconfig, unique, tmp_path):
 def test_check_mode_changes_nothing_in_the_cluster(kube, kubeconfig, unique):
     ns, node = f"gs-{unique}", f"gpu1-{unique}"
     cluster = kube.stand_in()
-    kwok_gpu_node(cluster, node, gpus=1)
+    kwok_node(cluster, node, gpus=1)
     labels_before = cluster.raw("GET", f"/api/v1/nodes/{node}")["metadata"]["labels"]
     mark = kube.audit_mark()
     report = flow.install(
