@@ -35,12 +35,18 @@ from gpustack.lab.pki import Pki, kubeconfig
 SERVICE_CIDR = "10.96.0.0/16"
 SERVICE_IP = "10.96.0.1"  # the `kubernetes` Service's ClusterIP, in the serving certificate
 # The admin's requests (tests and tools use the admin kubeconfig), at Metadata level: who,
-# which verb, which URI, which user agent; the components' own requests are not logged.
+# which verb, which URI, which user agent; the components' own requests are not logged. The
+# admin's patches of Node objects are logged with their body (`requestObject`): tests read
+# which labels a patch set.
 AUDIT_POLICY = """\
 apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages: [RequestReceived]
 rules:
+- level: Request
+  users: [kubernetes-admin]
+  verbs: [patch]
+  resources: [{group: "", resources: [nodes]}]
 - level: Metadata
   users: [kubernetes-admin]
 - level: None

@@ -7,6 +7,7 @@ and kwok plays the kubelet (pods Running and Ready, deletions finished)."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -132,3 +133,50 @@ def test_gpu_pods_leave_one_at_a_time_under_a_real_pdb(kubeconfig, unique):
     pods = wait_until(lambda: len(running_pods(cluster, ns)) == 2 and running_pods(cluster, ns),
                 what="replacements Running")  # fmt: skip
     assert {p["spec"]["nodeName"] for p in pods} == {new}
+
+
+def test_an_accepted_eviction_is_not_asked_again_while_the_pod_terminates(kube, kubeconfig, unique):
+    """A pod that takes a while to go (a finalizer holds it here; on a kubelet, its grace period)
+    was evicted once: gpustack waits for it and posts no more evictions (each would be another
+    DELETE of a terminating pod). The emulator finished deletions before the next list."""
+    cluster = connect(str(kubeconfig))
+    node, ns = f"slow-{unique}", f"slow-{unique}"
+    kwok_node(cluster, node, gpus=8)
+    cluster.raw("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}},
+                ctype="application/json")  # fmt: skip
+    labels = {"app": "slow"}
+    cluster.raw("POST", f"/apis/apps/v1/namespaces/{ns}/replicasets", ctype="application/json",
+                body={"metadata": {"name": "slow"}, "spec": {
+                    "replicas": 1, "selector": {"matchLabels": labels}, "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
+                                 "containers": [{"name": "c", "image": "slow:1",
+                                                 "resources": {"limits": {GPU: "1"}}}]}}}})  # fmt: skip
+    pod = wait_until(lambda: next(iter(running_pods(cluster, ns)), None), what="the pod Running")
+    name = pod["metadata"]["name"]
+    held = {"metadata": {"finalizers": ["gpustack.io/test-hold"]}}
+    cluster.raw("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}", body=held,
+                ctype="application/merge-patch+json")  # fmt: skip
+    backend = KubernetesBackend(cluster, {node: node})
+    opts = StepOptions(pod_deletion_timeout=20, poll=0.1)
+    backend.cordon(node, RealClock(), opts)  # the ReplicaSet's replacement stays Pending
+    mark = kube.audit_mark()
+    done = []
+    evicting = threading.Thread(target=lambda: done.append(
+        backend.evict_gpu_pods(node, RealClock(), opts)))  # fmt: skip
+    evicting.start()
+    try:
+        wait_until(lambda: cluster.raw("GET", f"/api/v1/namespaces/{ns}/pods/{name}")["metadata"]
+                   .get("deletionTimestamp"), what="the pod terminating", interval=0.05)  # fmt: skip
+        time.sleep(1)  # ten of gpustack's polls with the pod still there
+    finally:
+        cluster.raw("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}",
+                    body={"metadata": {"finalizers": None}}, ctype="application/merge-patch+json")  # fmt: skip
+        evicting.join(30)
+
+    assert done == ["evicted 1 GPU pod(s)"]
+    evictions = [e for e in kube.audit_events(mark)
+                 if (e.get("objectRef") or {}).get("subresource") == "eviction"]  # fmt: skip
+    assert [e["objectRef"]["name"] for e in evictions] == [name], evictions
+    cluster.raw("DELETE", f"/api/v1/namespaces/{ns}")
+    cluster.raw("DELETE", f"/api/v1/nodes/{node}")

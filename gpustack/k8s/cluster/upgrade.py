@@ -223,14 +223,16 @@ class KubernetesBackend:
             )
         pending = {_ref(p): p["metadata"].get("uid") for p in pods}
         blocked: dict[tuple[str, str], str] = {}
+        accepted: set[tuple[str, str]] = set()  # evicted: wait for them to go, ask no more
         start = clock.now()
         while True:
-            for ns, pod in list(pending):
+            for ns, pod in [ref for ref in pending if ref not in accepted]:
                 message = self._evict_one(ns, pod)
                 if message:
                     blocked[(ns, pod)] = message
                 else:
                     blocked.pop((ns, pod), None)
+                    accepted.add((ns, pod))
             still = {
                 _ref(p): p["metadata"].get("uid")
                 for p in self.pods_on(host)

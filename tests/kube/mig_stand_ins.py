@@ -1,0 +1,202 @@
+"""STAND-INS for what sits below Kubernetes in a MIG change on a kwok node (tests/kube/test_mig.py).
+
+`DevicePlugin` stands in for NVIDIA's k8s-device-plugin and the kubelet's device manager on one
+kwok node: while a pod of gpustack's device plugin DaemonSet runs Ready on the node, the node's
+allocatable GPU resources are what the real plugin would register for the host's GPUs as that
+pod found them when it started, under the pod's own `MIG_STRATEGY`; while none runs, they drop to
+0 and keep their capacity (the kubelet marks a stopped plugin's devices unhealthy,
+pkg/kubelet/cm/devicemanager/manager.go `GetCapacity`). It reads the host's GPUs only when a
+plugin pod starts (the real plugin enumerates NVML once): a plugin that was not restarted goes on
+advertising the old layout. Nothing about NVIDIA's plugin or a real GPU is proven by it.
+
+`FixtureMigApplier` stands in for the nvidia_mig role run through Ansible on a host: the role's
+own applier (plugins/module_utils/gpustack_mig_apply.py, unchanged) against the MIG test fixture
+`nvidia-smi` in a temporary root (tests/unit/mig_local.py). A GPU pod bound to the node and not
+finished when the layout changes is a process on the GPU: the fixture refuses the change (the
+role then fails naming it), as a host whose GPU is busy would.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import threading
+from collections.abc import Callable
+
+from gpustack.fleet.mig import MigOutcome
+from gpustack.k8s.cluster.connect import connect
+from gpustack.k8s.cluster.status import DEVICE_PLUGIN_SELECTOR
+from gpustack.k8s.cluster.upgrade import is_gpu_pod
+from tests.unit.mig_local import FixtureNode
+
+GPU_KEYS = ("nvidia.com/gpu", "nvidia.com/mig-")
+# per GPU: (MIG mode enabled, the profiles of its MIG devices)
+HostGpus = list[tuple[bool, list[str]]]
+
+_GPU_LINE = re.compile(r"^GPU (\d+): ")
+_MIG_LINE = re.compile(r"^\s+MIG (\S+)\s+Device\s+\d+: \(UUID: MIG-")
+
+
+def fixture_gpus(node: FixtureNode) -> HostGpus:
+    """What NVML shows a plugin started on the fixture host: MIG mode and MIG devices per GPU."""
+    rc, modes = node.smi("--query-gpu=index,mig.mode.current", "--format=csv,noheader")
+    assert rc == 0, modes
+    enabled = [line.split(",")[1].strip() == "Enabled" for line in modes.splitlines()]
+    rc, listing = node.smi("-L")
+    assert rc == 0, listing
+    devices: list[list[str]] = []
+    for line in listing.splitlines():
+        if _GPU_LINE.match(line):
+            devices.append([])
+        elif match := _MIG_LINE.match(line):
+            devices[-1].append(match.group(1))
+    return list(zip(enabled, devices, strict=True))
+
+
+def advertised(gpus: HostGpus, strategy: str) -> dict[str, int]:
+    """The resources k8s-device-plugin registers for these GPUs (internal/rm/device_map.go
+    @1b826acc): none — one nvidia.com/gpu per GPU; single — each MIG device as nvidia.com/gpu
+    (the plugin exits, registering nothing, when the node is not uniformly one MIG type);
+    mixed — nvidia.com/mig-<profile> per MIG device, nvidia.com/gpu per GPU not in MIG mode."""
+    enabled = [devices for on, devices in gpus if on]
+    if strategy == "single" and enabled:
+        profiles = {p for devices in enabled for p in devices}
+        if not all(enabled) or len(profiles) > 1 or len(enabled) != len(gpus):
+            return {}
+    out: dict[str, int] = {}
+    for on, devices in gpus:
+        names = ["nvidia.com/gpu"]
+        if on and strategy == "single":
+            names = ["nvidia.com/gpu"] * len(devices)
+        elif on and strategy == "mixed":
+            names = [f"nvidia.com/mig-{p}" for p in devices]
+        for name in names:
+            out[name] = out.get(name, 0) + 1
+    return out
+
+
+def _serving(pod: dict) -> bool:
+    status = pod.get("status") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                for c in status.get("conditions") or [])  # fmt: skip
+    terminating = pod["metadata"].get("deletionTimestamp")
+    return status.get("phase") == "Running" and ready and not terminating
+
+
+def _strategy(pod: dict) -> str:
+    for container in pod["spec"]["containers"]:
+        for env in container.get("env") or []:
+            if env.get("name") == "MIG_STRATEGY":
+                return str(env.get("value") or "none")
+    return "none"
+
+
+class DevicePlugin:
+    """STAND-IN for the device plugin and the kubelet's device manager on kwok node `node` (see
+    the module doc), run from a background thread that polls every `interval` seconds."""
+
+    def __init__(self, kubeconfig: str, node: str, namespace: str,
+                 host_gpus: Callable[[], HostGpus], interval: float = 0.05):  # fmt: skip
+        self.cluster = connect(kubeconfig)  # its own client: it runs in its own thread
+        self.node, self.namespace, self.host_gpus = node, namespace, host_gpus
+        self.interval = interval
+        self.registered: dict[str, dict[str, int]] = {}  # plugin pod uid -> what it registered
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"plugin-{node}", daemon=True)
+
+    def start(self) -> DevicePlugin:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.cluster.close()
+        if self.errors:
+            raise self.errors[0]
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sync()
+            except Exception as exc:  # the test sees it at stop()
+                self.errors.append(exc)
+                return
+            self._stop.wait(self.interval)
+
+    def sync(self) -> None:
+        pods = self.cluster.list_all(
+            f"/api/v1/namespaces/{self.namespace}/pods", "list plugin pods",
+            labelSelector=DEVICE_PLUGIN_SELECTOR, fieldSelector=f"spec.nodeName={self.node}",
+        )  # fmt: skip
+        serving = [p for p in pods if _serving(p)]
+        registered: dict[str, int] = {}
+        if serving:
+            pod = serving[0]
+            uid = pod["metadata"]["uid"]
+            if uid not in self.registered:  # a plugin starting: it enumerates the GPUs once
+                self.registered[uid] = advertised(self.host_gpus(), _strategy(pod))
+            registered = self.registered[uid]
+        node = self.cluster.get(f"/api/v1/nodes/{self.node}", "read node")
+        status = node.get("status") or {}
+        allocatable, capacity = status.get("allocatable") or {}, status.get("capacity") or {}
+        want_alloc = {k: "0" for k in allocatable if k.startswith(GPU_KEYS)}
+        want_alloc.update({k: str(v) for k, v in registered.items()})
+        want_cap = {k: str(v) for k, v in registered.items()}
+        if any(allocatable.get(k) != v for k, v in want_alloc.items()) or any(
+            capacity.get(k) != v for k, v in want_cap.items()
+        ):
+            body = {"status": {"allocatable": want_alloc, "capacity": want_cap}}
+            self.cluster.raw("PATCH", f"/api/v1/nodes/{self.node}/status", body=body,
+                             ctype="application/merge-patch+json")  # fmt: skip
+
+
+class FixtureMigApplier:
+    """gpustack.fleet.mig.MigApplier over the MIG fixture (see the module doc); host = node name."""
+
+    def __init__(self, kubeconfig: str, nodes: dict[str, FixtureNode], **settings):
+        self.kubeconfig = kubeconfig
+        self.settings = settings  # the role's settings besides the layout (reset=False, ...)
+        self.nodes = nodes  # host (= node name here) -> its fixture
+        self.calls: list[tuple[str, str, bool | str]] = []
+
+    def _gpu_pods_on(self, host: str) -> list[dict]:
+        cluster = connect(self.kubeconfig)
+        try:
+            pods = cluster.list_all("/api/v1/pods", "list pods",
+                                    fieldSelector=f"spec.nodeName={host}")  # fmt: skip
+        finally:
+            cluster.close()
+        finished = ("Succeeded", "Failed")
+        return [p for p in pods
+                if is_gpu_pod(p) and (p.get("status") or {}).get("phase") not in finished]  # fmt: skip
+
+    def __call__(self, host: str, layout: str, check: bool) -> MigOutcome:
+        self.calls.append((host, layout, check))
+        node = self.nodes[host]
+        users: list[subprocess.Popen] = []
+        if not check and self._gpu_pods_on(host):  # a busy GPU: the fixture sees a process
+            users.append(node.use_gpu(0))
+        try:
+            fact = node.apply(layout, check_mode=check, **self.settings)
+        finally:
+            for proc in users:
+                proc.kill()
+                proc.wait()
+        return MigOutcome.from_fact(fact)
+
+    def reboot(self, host: str, layout: str, takes: bool = True) -> MigOutcome:
+        """What the role does with nvidia_mig_reboot=if_needed: record `rebooting` in the
+        host's state file, reboot (the fixture loses /run: instances gone, the pending mode
+        effective), and report what gpustack-mig.service recorded at boot (the role's applier,
+        source boot, same settings). takes=False: the host came back with the mode change still
+        pending (the fixture was not restarted). The kwok node itself does not restart."""
+        self.calls.append((host, layout, "reboot"))
+        node = self.nodes[host]
+        recorded = json.loads(node.state_file.read_text())
+        node.state_file.write_text(json.dumps({**recorded, "state": "rebooting"}))
+        if takes:
+            node.reboot()
+        return MigOutcome.from_fact(node.apply(layout, source="boot", **self.settings))
