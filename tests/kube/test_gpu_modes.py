@@ -16,7 +16,9 @@ GFD's NodeFeature output and nfd-master's labelling are the test's, as GFD v0.20
 v0.18.3 would do them; the verification container's `nvidia-smi -L` output and exit are the
 test's, as a real allocation would show them (one unit: one of the host's GPUs, and under MIG
 that GPU's MIG device), behind the kubelet's resource admission (kwok admits any pod bound to
-its node). The host facts and GPUs are SIMULATED (tests/cluster/helpers.py).
+its node). One node is not kwok's: where GFD must crash-loop, kwok would report its pod Ready
+first (a race with gpustack's wait), so a stand-in plays that node's kubelet. The host facts and
+GPUs are SIMULATED (tests/cluster/helpers.py).
 
 What only real operand images do cannot come from kwok and is not claimed here: the plugin
 refusing requests above 1 under MPS (the test checks that gpustack asks for exactly 1), GFD
