@@ -102,11 +102,14 @@ class VerificationPods:
                     node, name = pod["spec"].get("nodeName"), pod["metadata"]["name"]
                     phase = (pod.get("status") or {}).get("phase")
                     if node in self.outcomes and phase == "Running" and name not in self.handled:
-                        end_verification_pod(self.cluster, self.directory, pod, self.outcomes[node])
+                        self._end(pod, self.outcomes[node])
                         self.handled.append(name)
             except Exception as exc:  # reported by __exit__: a thread cannot fail the test
                 self.errors.append(f"{type(exc).__name__}: {exc}")
                 return
+
+    def _end(self, pod: dict, outcome: Outcome) -> None:
+        end_verification_pod(self.cluster, self.directory, pod, outcome)
 
 
 def end_verification_pod(cluster, directory: Path, pod: dict, outcome: Outcome) -> None:
