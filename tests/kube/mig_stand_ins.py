@@ -9,6 +9,13 @@ pkg/kubelet/cm/devicemanager/manager.go `GetCapacity`). It reads the host's GPUs
 plugin pod starts (the real plugin enumerates NVML once): a plugin that was not restarted goes on
 advertising the old layout. Nothing about NVIDIA's plugin or a real GPU is proven by it.
 
+`MigVerificationPods` stands in for the container of install's verification pod on such a node:
+`nvidia-smi -L` as a container given the one unit its pod asked for prints it (the GPU the host
+facts name and, when the host's GPU is in MIG mode, one MIG device: of the profile a
+`nvidia.com/mig-<profile>` request names, or of the layout's only profile for `nvidia.com/gpu`
+under the single strategy), served as the pod's log by kwok; the kubelet's resource admission is
+`AdmittingVerificationPods`'. No nvidia-smi runs.
+
 `FixtureMigApplier` stands in for the nvidia_mig role run through Ansible on a host: the role's
 own applier (plugins/module_utils/gpustack_mig_apply.py, unchanged) against the MIG test fixture
 `nvidia-smi` in a temporary root (tests/unit/mig_local.py). A GPU pod bound to the node and not
@@ -18,6 +25,7 @@ role then fails naming it), as a host whose GPU is busy would.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import subprocess
@@ -28,6 +36,8 @@ from gpustack.fleet.mig import MigOutcome
 from gpustack.k8s.cluster.connect import connect
 from gpustack.k8s.cluster.status import DEVICE_PLUGIN_SELECTOR
 from gpustack.k8s.cluster.upgrade import is_gpu_pod
+from tests.kube.operand_stand_ins import AdmittingVerificationPods
+from tests.kube.stand_ins import Outcome
 from tests.unit.mig_local import FixtureNode
 
 GPU_KEYS = ("nvidia.com/gpu", "nvidia.com/mig-")
@@ -151,6 +161,35 @@ class DevicePlugin:
             body = {"status": {"allocatable": want_alloc, "capacity": want_cap}}
             self.cluster.raw("PATCH", f"/api/v1/nodes/{self.node}/status", body=body,
                              ctype="application/merge-patch+json")  # fmt: skip
+
+
+class MigVerificationPods(AdmittingVerificationPods):
+    """STAND-IN for the verification container on a MIG host (see the module doc): one GPU,
+    `uuid` (the host facts'), `product` its name; `host_gpus` what NVML shows on the host."""
+
+    def __init__(self, cluster, directory, node: str, uuid: str, product: str,
+                 host_gpus: Callable[[], HostGpus]):  # fmt: skip
+        super().__init__(cluster, directory, {node: Outcome("")})
+        self.uuid, self.product, self.host_gpus = uuid, product, host_gpus
+
+    def _end(self, pod: dict, outcome: Outcome) -> None:
+        limits = pod["spec"]["containers"][0]["resources"].get("limits") or {}
+        super()._end(pod, Outcome(self.smi(limits)))
+
+    def smi(self, limits: dict) -> str:
+        text = f"GPU 0: {self.product} (UUID: {self.uuid})\n"
+        (enabled, devices), *_ = self.host_gpus()
+        profile = None
+        for resource in limits:
+            if resource.startswith("nvidia.com/mig-"):
+                profile = resource.removeprefix("nvidia.com/mig-")
+            elif resource == "nvidia.com/gpu" and enabled and len(set(devices)) == 1:
+                profile = devices[0]  # the single strategy: MIG devices as nvidia.com/gpu
+        if profile:
+            digest = hashlib.sha1(f"{self.uuid}/{profile}".encode()).hexdigest()
+            mig = f"MIG-{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
+            text += f"  MIG {profile}     Device  0: (UUID: {mig})\n"
+        return text
 
 
 class FixtureMigApplier:

@@ -13,6 +13,9 @@ gpustack's verification pods, which kwok serves through the API server as their 
 from __future__ import annotations
 
 import contextlib
+import http.server
+import ipaddress
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -229,3 +232,85 @@ def verification_pods_exit(kubeconfig, namespace: str, interval: float = 0.02):
         cluster.close()
     if errors:
         raise errors[0]
+
+
+def non_loopback_ip() -> str | None:
+    """This machine's address on its default route (a UDP socket's source address: nothing is
+    sent), or None when it has only loopback. The API server's proxy refuses loopback and
+    link-local addresses ("address not allowed")."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            sock.connect(("198.51.100.1", 9))  # TEST-NET-2: off any local link
+        except OSError:
+            return None
+        ip = sock.getsockname()[0]
+    return None if ipaddress.ip_address(ip).is_loopback else ip
+
+
+class DcgmExporter:
+    """STAND-IN for the dcgm-exporter container of gpustack's DaemonSet on kwok node `node`: an
+    HTTP server on this machine's non-loopback address `ip`, at `port` (the containerPort
+    gpustack's pod declares), answering GET /metrics with `body`; and, as a kubelet and its CNI
+    would report the pod's address, the dcgm-exporter pod's `status.podIP`/`podIPs` rewritten to
+    `ip` once kwok made it Running (kwok's own pod IPs lead nowhere). The real endpoints
+    controller then lists that address in the Service's Endpoints, and the API server's service
+    proxy connects to it. No DCGM and no GPU: the body is what the test writes.
+
+    Use as a context manager; `requests` lists the paths asked, `pods` the pods rewritten."""
+
+    def __init__(self, cluster, namespace: str, node: str, ip: str, port: int, body: str):
+        self.cluster, self.namespace, self.node, self.ip = cluster, namespace, node, ip
+        self.requests: list[str] = []
+        self.pods: list[str] = []
+        self.errors: list[str] = []
+        stand_in = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                stand_in.requests.append(self.path)
+                found = self.path.split("?")[0] == "/metrics"
+                data = body.encode() if found else b"404 page not found\n"
+                self.send_response(200 if found else 404)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer((ip, port), Handler)
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self.server.serve_forever, daemon=True),
+                         threading.Thread(target=self._run, daemon=True)]  # fmt: skip
+
+    def __enter__(self) -> DcgmExporter:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self.server.shutdown()
+        self.server.server_close()
+        for thread in self._threads:
+            thread.join(10)
+        assert not self.errors, self.errors
+
+    def _run(self) -> None:
+        path = f"/api/v1/namespaces/{self.namespace}/pods"
+        query = [("labelSelector", "app.kubernetes.io/name=dcgm-exporter"),
+                 ("fieldSelector", f"spec.nodeName={self.node}")]  # fmt: skip
+        while not self._stop.wait(0.05):
+            try:
+                for pod in self.cluster.raw("GET", path, query)["items"]:
+                    status = pod.get("status") or {}
+                    if status.get("phase") != "Running" or status.get("podIP") == self.ip:
+                        continue
+                    name = pod["metadata"]["name"]
+                    self.cluster.raw("PATCH", f"{path}/{name}/status", ctype=MERGE, body={
+                        "status": {"podIP": self.ip, "podIPs": [{"ip": self.ip}]}})  # fmt: skip
+                    self.pods.append(name)
+            except Exception as exc:  # reported by __exit__: a thread cannot fail the test
+                self.errors.append(f"{type(exc).__name__}: {exc}")
+                return

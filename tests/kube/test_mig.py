@@ -12,10 +12,11 @@ What is not real here, each a STAND-IN (tests/kube/mig_stand_ins.py):
   written by the test's `DevicePlugin` from what the fixture shows when a plugin pod starts.
 Nothing here proves anything about NVIDIA's mig-manager, device plugin, drivers or GPUs.
 
-Left on the emulator (tests/cluster/test_mig_k8s.py): the install tests whose report must pass
-(`test_install_derives_the_strategy_from_the_layout`, `test_a_strategy_the_user_set_wins`): their
-verification pod's `nvidia-smi -L` output needs a kubelet's log endpoint, which kwok does not
-serve here.
+- install's verification container: `MigVerificationPods` prints the `nvidia-smi -L` of a
+  container given the one unit its pod asked for (the host's GPU and, under MIG, a MIG device of
+  the profile asked for, or of the layout's only profile under the single strategy); kwok serves
+  it as the pod's log through the API server, and the kubelet's resource admission is the
+  stand-in's (`AdmittingVerificationPods`).
 """
 
 from __future__ import annotations
@@ -41,10 +42,15 @@ from gpustack.k8s.cluster.status import DEVICE_PLUGIN_SELECTOR
 from gpustack.k8s.cluster.upgrade import KubernetesBackend
 from gpustack.k8s.manifests import ClusterConfig, node_labels, render
 from gpustack.upgrade.backend import StepOptions
-from tests.cluster.helpers import gpu_facts, inventory, run_result
+from tests.cluster.helpers import gpu_facts, inventory, run_result, uuids_for
 from tests.conftest import wait_until
 from tests.kube.conftest import KWOK_NODE_ANNOTATION
-from tests.kube.mig_stand_ins import DevicePlugin, FixtureMigApplier, fixture_gpus
+from tests.kube.mig_stand_ins import (
+    DevicePlugin,
+    FixtureMigApplier,
+    MigVerificationPods,
+    fixture_gpus,
+)
 from tests.unit.mig_local import FixtureNode
 
 pytestmark = pytest.mark.kube
@@ -53,6 +59,7 @@ JSON, MERGE = "application/json", "application/merge-patch+json"
 PLUGIN = "nvidia.com/gpu.deploy.device-plugin"
 DCGM = "nvidia.com/gpu.deploy.dcgm-exporter"
 OPTS = StepOptions(poll=0.1, pod_deletion_timeout=20, validation_timeout=20)
+H100 = "NVIDIA H100 80GB HBM3"
 WAIT = 20  # seconds for what kwok and the controllers do (milliseconds to ~1 s when idle)
 
 
@@ -73,8 +80,7 @@ def kwok_node(cluster: Cluster, name: str) -> None:
 
 def install_operands(cluster: Cluster, node: str, extravars: dict) -> ClusterConfig:
     """gpustack's objects applied and the node labelled as `install` does (the same functions),
-    without install's verification pod (it needs `nvidia-smi -L` output: no log endpoint here);
-    then the DaemonSets ready by gpustack's rule (`daemonset_state`), polled faster than
+    without install's verification (the label flow's tests are about what follows it); then the DaemonSets ready by gpustack's rule (`daemonset_state`), polled faster than
     install's 1 s."""
     config = ClusterConfig.from_vars(extravars)
     existing = cluster.get(f"/api/v1/nodes/{node}", "read node")["metadata"]["labels"]
@@ -498,3 +504,79 @@ def test_verification_fails_when_the_advertised_mig_devices_differ_from_the_layo
     assert status == "failed"
     assert message.startswith("advertised nvidia.com/mig-1g.10gb: 3 (layout: 7) after 10 s")
     assert "pod" not in checks
+
+
+class FastClock(Clock):
+    """Real time; install's waits look again every 50 ms instead of every second (the device
+    plugin stand-in and kwok answer within milliseconds). Timeouts are real."""
+
+    def sleep(self, seconds: float) -> None:
+        super().sleep(min(seconds, 0.05))
+
+
+def installed_with_layout(kubeconfig, unique, tmp_path, layout, extravars=None):
+    """`install` on a kwok node after the nvidia_mig role applied `layout` on the fixture host
+    (its real fact); the device plugin stand-in advertises what the fixture shows under the
+    strategy install deployed. Returns the report and the strategy of the deployed plugin."""
+    fixture = FixtureNode(tmp_path / "host", ["H100-SXM5-80GB"])
+    fact = fixture.apply(layout)
+    assert fact["state"] == "success"
+    cluster = connect(str(kubeconfig))
+    name, namespace = f"gpu-{unique}", f"gs-{unique}"
+    kwok_node(cluster, name)
+    plugin = DevicePlugin(str(kubeconfig), name, namespace, lambda: fixture_gpus(fixture)).start()
+    facts = {name: {**gpu_facts(name, 1), "gpustack_mig": fact}}
+    pods = MigVerificationPods(cluster, tmp_path, name, uuids_for(name, 1)[0], H100,
+                               lambda: fixture_gpus(fixture))  # fmt: skip
+    try:
+        session = flow.prepare(str(kubeconfig), inventory(tmp_path, [name]),
+                               {"gpustack_k8s_namespace": namespace, **(extravars or {})})  # fmt: skip
+        with pods:
+            report = flow.install(session, run_result(facts), clock=FastClock())
+        ds = cluster.get(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/nvidia-device-plugin",
+                         "read daemonset")  # fmt: skip
+        env = ds["spec"]["template"]["spec"]["containers"][0]["env"]
+        deployed = next(e["value"] for e in env if e["name"] == "MIG_STRATEGY")
+    finally:
+        plugin.stop()
+        cluster.raw("DELETE", f"/api/v1/namespaces/{namespace}")
+        cluster.raw("DELETE", f"/api/v1/nodes/{name}")
+        cluster.close()
+    return report, deployed, pods.requests
+
+
+def capacity(report):
+    return next((c.status, c.message) for c in report.nodes[0].checks if c.name == "capacity")
+
+
+@pytest.mark.parametrize(
+    ("layout", "strategy", "message"),
+    [
+        ("all-1g.10gb", "single", "nvidia.com/gpu: 7"),
+        ("all-balanced", "mixed",
+         "nvidia.com/mig-1g.10gb: 2, nvidia.com/mig-2g.20gb: 1, nvidia.com/mig-3g.40gb: 1"),
+        ("all-disabled", "none", "nvidia.com/gpu: 1"),
+    ],
+)  # fmt: skip
+def test_install_derives_the_strategy_from_the_layout(
+    kubeconfig, unique, tmp_path, layout, strategy, message
+):
+    report, deployed, requests = installed_with_layout(kubeconfig, unique, tmp_path, layout)
+    assert report.passed, report.to_dict()
+    assert report.mig_strategy == strategy and deployed == strategy
+    assert capacity(report) == ("passed", message)
+    assert len(requests) == 1, requests
+    pod = next(c for c in report.nodes[0].checks if c.name == "pod")
+    assert ("(MIG device MIG-" in pod.message) == (strategy != "none"), pod.message
+
+
+def test_a_strategy_the_user_set_wins(kubeconfig, unique, tmp_path):
+    report, deployed, requests = installed_with_layout(
+        kubeconfig, unique, tmp_path, "all-1g.10gb", {"gpustack_k8s_mig_strategy": "mixed"}
+    )
+    assert report.passed, report.to_dict()
+    assert deployed == "mixed"
+    assert capacity(report) == ("passed", "nvidia.com/mig-1g.10gb: 7")
+    assert requests == [{"nvidia.com/mig-1g.10gb": "1"}]
+    pod = next(c for c in report.nodes[0].checks if c.name == "pod")
+    assert "(MIG device MIG-" in pod.message, pod.message

@@ -8,12 +8,15 @@ server stores it. A deleted namespace is asserted Terminating or gone: its final
 namespace controller's, in its own time.
 
 STAND-INS: the nodes are kwok's, their "GPUs" allocatable numbers the test writes (no device
-plugin, no GPU); the host facts are SIMULATED (tests/builders.py); the verification pods'
-containers "exit 0" (`verification_pods_exit`), but kwok serves no log, so install's verification
-fails here ("nvidia-smi -L listed no GPU"): these tests use install only to have gpustack's
-objects and node labels in place, and assert nothing of its verification. That verification
-passes with a RuntimeClass of someone else's stays on the emulator
-(tests/cluster/test_uninstall_and_config.py) until kwok serves logs.
+plugin, no GPU); the host facts are SIMULATED (tests/builders.py). The verification pods'
+containers: in the uninstall tests they only "exit 0" (`verification_pods_exit`, no log, so
+install's verification fails there: those tests use install to have gpustack's objects and node
+labels in place and assert nothing of its verification); with a RuntimeClass of someone else's,
+`VerificationPods` prints the `nvidia-smi -L` of a container given one GPU, served by kwok as the
+pod's log, and install's verification must pass. kwok runs a pod under any RuntimeClass: that
+the node's container runtime has the handler is not checked here (a real kubelet fails the pod's
+sandbox otherwise: tests/kube/test_verify_flow.py's stand-in kubelet shows gpustack's report of
+that).
 
 Each test has its own namespace, RuntimeClass name and nodes (names ending in the test's
 `unique`): the control plane is shared by the tests of a worker. `flow.uninstall` deletes
@@ -31,9 +34,16 @@ from kubernetes.client.exceptions import ApiException
 from gpustack.errors import GpustackError
 from gpustack.k8s.cluster import connect, flow
 from gpustack.k8s.cluster.connect import FIELD_MANAGER
-from tests.builders import gpu_facts, inventory, run_result
+from tests.builders import gpu_facts, inventory, run_result, smi_output, uuids_for
 from tests.conftest import wait_until
-from tests.kube.stand_ins import VERIFY_SELECTOR, kwok_node, node_ready, verification_pods_exit
+from tests.kube.stand_ins import (
+    VERIFY_SELECTOR,
+    Outcome,
+    VerificationPods,
+    kwok_node,
+    node_ready,
+    verification_pods_exit,
+)
 
 pytestmark = pytest.mark.kube
 
@@ -154,12 +164,13 @@ def k3s_runtime_class(unique: str, handler: str) -> dict:
             "handler": handler}  # fmt: skip
 
 
-def test_a_runtimeclass_of_someone_elses_is_kept_not_taken_over(kubeconfig, unique):
+def test_a_runtimeclass_of_someone_elses_is_kept_and_verification_passes_with_it(
+    kubeconfig, unique, tmp_path
+):
     """k3s and the GPU Operator create RuntimeClass nvidia themselves: gpustack uses it as it is
-    and leaves it to its owner on uninstall. Here the API server's side: the object keeps its
-    labels and no field of it becomes gpustack's (managedFields), the DaemonSets' pods are
-    admitted with it. Whether verification passes with it stays on the emulator (see the module
-    doc)."""
+    and leaves it to its owner on uninstall: the object keeps its labels and no field of it
+    becomes gpustack's (managedFields), the DaemonSets' and the verification pod are admitted
+    with it, and install's verification passes."""
     ns, gpu, runtime = f"gs-{unique}", f"gpu1-{unique}", f"nvidia-{unique}"
     cluster = connect.connect(str(kubeconfig))
     kwok_node(cluster, gpu, gpus=1)
@@ -169,15 +180,18 @@ def test_a_runtimeclass_of_someone_elses_is_kept_not_taken_over(kubeconfig, uniq
     inv = inventory(kubeconfig.parent, [gpu], **group_vars(unique))
     session = flow.prepare(str(kubeconfig), inv, {})
 
-    with verification_pods_exit(kubeconfig, ns):
+    outcome = Outcome(smi_output(uuids_for(gpu, 1)))
+    with RuntimeClassRecorder(cluster, tmp_path, {gpu: outcome}) as verifying:
         report = flow.install(session, run_result({gpu: gpu_facts(gpu, 1)}), clock=PollingClock())
 
+    assert report.passed, report.to_dict()
     actions = {(a.kind, a.name): a.action for a in report.applied}
     assert actions[("RuntimeClass", runtime)] == "kept (not gpustack's)"
     assert report.daemonsets and all(d.ready for d in report.daemonsets), report.daemonsets
     pods = cluster.raw("GET", f"/api/v1/namespaces/{ns}/pods")["items"]
     plugin = [p for p in pods if p["metadata"]["name"].startswith("nvidia-device-plugin-")]
     assert [p["spec"].get("runtimeClassName") for p in plugin] == [runtime]
+    assert list(verifying.runtime_classes.values()) == [runtime], verifying.runtime_classes
     stored = cluster.raw("GET", f"/apis/node.k8s.io/v1/runtimeclasses/{runtime}")
     assert stored["metadata"]["labels"] == theirs["metadata"]["labels"]
     managers = {m.get("manager") for m in stored["metadata"].get("managedFields") or []}
@@ -187,6 +201,19 @@ def test_a_runtimeclass_of_someone_elses_is_kept_not_taken_over(kubeconfig, uniq
     assert get_or_none(cluster, f"/apis/node.k8s.io/v1/runtimeclasses/{runtime}") is not None
     cluster.raw("DELETE", f"/api/v1/nodes/{gpu}")
     cluster.raw("DELETE", f"/apis/node.k8s.io/v1/runtimeclasses/{runtime}")
+
+
+class RuntimeClassRecorder(VerificationPods):
+    """`VerificationPods` (STAND-IN for the verification containers) that also records the
+    RuntimeClass each verification pod ran with (gpustack deletes the pods before it returns)."""
+
+    def __init__(self, cluster, directory, outcomes):
+        super().__init__(cluster, directory, outcomes)
+        self.runtime_classes: dict[str, str | None] = {}
+
+    def _end(self, pod: dict, outcome: Outcome) -> None:
+        self.runtime_classes[pod["metadata"]["name"]] = pod["spec"].get("runtimeClassName")
+        super()._end(pod, outcome)
 
 
 def test_a_runtimeclass_of_that_name_with_another_handler_is_refused(kubeconfig, unique):

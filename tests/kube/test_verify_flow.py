@@ -5,10 +5,8 @@ node's kubelet endpoint, CRDs), the DaemonSet controller and its status, the sch
 node lifecycle controller's taints, namespaces and garbage collection. Timeouts are real too: each "times out" test
 waits gpustack's minimum (10 s).
 
-Left on the emulator (tests/cluster/test_verify_flow.py): the dcgm-exporter scrape through the
-API server's service proxy. kwok's pod IPs lead nowhere, and a pod IP rewritten to a local
-stand-in server was not picked up by the real endpoints controller (the Endpoints kept kwok's
-IP), so nothing here can answer the proxy.
+The dcgm-exporter scrape goes through the real API server's service proxy, to the address the
+real endpoints controller lists for the dcgm-exporter pod: there a stand-in answers (below).
 
 STAND-INS, each labelled where it is used:
 - kwok plays the kubelets of the nodes annotated for it (operand pods go Running and Ready
@@ -20,7 +18,11 @@ STAND-INS, each labelled where it is used:
   produce: a container whose image cannot be pulled, a pod sandbox that cannot be created, a
   kubelet that never reports a pod. It writes pod statuses and events in the kubelet's words
   (pkg/kubelet of the Kubernetes version under test);
-- the ServiceMonitor CRD is a schema-less stand-in for the Prometheus Operator's.
+- the ServiceMonitor CRD is a schema-less stand-in for the Prometheus Operator's;
+- `DcgmExporter` plays dcgm-exporter's container: an HTTP server on this machine's non-loopback
+  address (the proxy refuses loopback) at the pod's declared port, serving a /metrics body the
+  test writes, and the pod's IP rewritten to that address as a kubelet would report it (kwok's
+  pod IPs lead nowhere).
 No GPU, driver or container is involved: the host facts are SIMULATED (tests/cluster/helpers.py).
 """
 
@@ -37,6 +39,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpustack.k8s.cluster import flow
 from gpustack.k8s.cluster.pods import RUN_LABEL
+from gpustack.k8s.manifests import METRICS_PORT
 from tests.cluster.helpers import (
     gpu_facts,
     inventory,
@@ -47,7 +50,7 @@ from tests.cluster.helpers import (
 )
 from tests.conftest import wait_until
 from tests.kube.conftest import KWOK_NODE_ANNOTATION
-from tests.kube.stand_ins import Outcome, VerificationPods
+from tests.kube.stand_ins import DcgmExporter, Outcome, VerificationPods, non_loopback_ip
 
 pytestmark = pytest.mark.kube
 
@@ -769,8 +772,7 @@ def test_servicemonitor_only_with_its_crd(kube, kubeconfig, unique, tmp_path, se
 
 def test_vectoradd_runs_after_the_smi_pod(kube, kubeconfig, unique, tmp_path):
     """vectorAdd runs on the unit the nvidia-smi pod used. (The emulator's version of this
-    test also scrapes dcgm-exporter through the API server's service proxy: that stays in
-    tests/cluster/test_verify_flow.py, since a kwok pod's IP leads nowhere.)"""
+    test also scraped dcgm-exporter: `test_dcgm_scrape_through_the_service_proxy`.)"""
     ns, node = f"gs-{unique}", f"gpu1-{unique}"
     cluster = kube.stand_in()
     kwok_gpu_node(cluster, node, gpus=2)
@@ -796,4 +798,48 @@ def test_vectoradd_runs_after_the_smi_pod(kube, kubeconfig, unique, tmp_path):
     assert vectoradd["image"] == extravars["gpustack_k8s_vector_add_image"]
     assert "command" not in vectoradd  # the sample's own entrypoint
     assert vectoradd["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert verify_pods(cluster, ns) == []
+
+
+def dcgm_metrics(node: str, uuids: list[str]) -> str:
+    """dcgm-exporter's /metrics (Prometheus text format, its label set) with a
+    DCGM_FI_DEV_GPU_TEMP sample for each of `uuids`: written by the test, no DCGM ran."""
+    lines = ["# HELP DCGM_FI_DEV_GPU_TEMP GPU temperature (in C).",
+             "# TYPE DCGM_FI_DEV_GPU_TEMP gauge"]  # fmt: skip
+    for i, uuid_ in enumerate(uuids):
+        lines.append(
+            f'DCGM_FI_DEV_GPU_TEMP{{gpu="{i}",UUID="{uuid_}",pci_bus_id="00000000:{i + 1:02X}:00.0",'
+            f'device="nvidia{i}",modelName="NVIDIA A100-SXM4-80GB",Hostname="{node}",'
+            f'DCGM_FI_DRIVER_VERSION="580.95.05"}} 41'
+        )
+    return "\n".join(lines) + "\n"
+
+
+def test_dcgm_scrape_through_the_service_proxy(kube, kubeconfig, unique, tmp_path):
+    """gpustack reads dcgm-exporter's metrics through the API server's service proxy: the real
+    endpoints controller lists the dcgm-exporter pod, the API server connects to its address
+    and port. The stand-in answers for one of the node's two GPUs: the check names the other."""
+    ip = non_loopback_ip()
+    if ip is None:
+        pytest.skip("no non-loopback address: the API server's proxy refuses loopback")
+    ns, node = f"gs-{unique}", f"gpu1-{unique}"
+    cluster = kube.stand_in()
+    kwok_gpu_node(cluster, node, gpus=2)
+    uuids = uuids_for(node, 2)
+    mark = kube.audit_mark()
+    with (
+        DcgmExporter(cluster, ns, node, ip, METRICS_PORT, dcgm_metrics(node, uuids[:1])) as dcgm,
+        VerificationPods(cluster, tmp_path, {node: one_gpu_seen(node, 2)}),
+    ):
+        report = install(kubeconfig, ns, {node: gpu_facts(node, 2)},
+                         extravars={"gpustack_k8s_dcgm_scrape": "true"})  # fmt: skip
+    calls = gpustack_calls(kube.audit_events(mark))
+
+    result = checks(report, node)
+    assert result["pod"][0] == "passed", result
+    assert result["dcgm"] == ("failed", f"no DCGM_FI_DEV_GPU_TEMP sample for {uuids[1]}")
+    proxy = f"/api/v1/namespaces/{ns}/services/dcgm-exporter:{METRICS_PORT}/proxy/metrics"
+    assert calls.count(("get", proxy)) == 3, calls
+    assert dcgm.requests == ["/metrics"] * 3
+    assert len(dcgm.pods) == 1, dcgm.pods  # kwok did not write its own address back
     assert verify_pods(cluster, ns) == []
