@@ -146,6 +146,13 @@ Full = Annotated[
 ]
 # Options of the commands that evict GPU pods (upgrade, mig).
 Force = Annotated[bool, typer.Option("--force", help="Also evict GPU pods no controller manages.")]
+DeleteEmptyDirData = Annotated[
+    bool,
+    typer.Option(
+        "--delete-emptydir-data",
+        help="Also evict pods with emptyDir volumes (their data is lost), as kubectl drain.",
+    ),
+]
 PodDeletionTimeout = Annotated[
     float,
     typer.Option(
@@ -373,6 +380,7 @@ def upgrade(
     ] = 0,
     pod_deletion_timeout: PodDeletionTimeout = 300,
     force: Force = False,
+    delete_emptydir_data: DeleteEmptyDirData = False,
     drain_timeout: Annotated[
         float,
         typer.Option(
@@ -425,6 +433,7 @@ def upgrade(
         force, drain_timeout, validation_timeout, max_failures, resume, retry_failed, dry_run,
         kubeconfig, common["limit"], common["extra_vars"], common["output_"], common["report"],
         common["verbose"], wait, common["forks"], _vault(common),
+        delete_emptydir_data=delete_emptydir_data,
     )  # fmt: skip
     _exit(run_upgrade(options))
 
@@ -436,6 +445,7 @@ def mig(
         bool, typer.Option("--reboot", help="Reboot a node whose MIG mode change needs it.")
     ] = False,
     force: Force = False,
+    delete_emptydir_data: DeleteEmptyDirData = False,
     pod_deletion_timeout: PodDeletionTimeout = 300,
     validation_timeout: Annotated[
         float,
@@ -455,7 +465,8 @@ def mig(
     from gpustack.fleet.mig_command import run_mig
     from gpustack.upgrade.backend import StepOptions
 
-    steps = StepOptions(force=force, pod_deletion_timeout=pod_deletion_timeout,
+    steps = StepOptions(force=force, delete_emptydir_data=delete_emptydir_data,
+                        pod_deletion_timeout=pod_deletion_timeout,
                         validation_timeout=validation_timeout)  # fmt: skip
     _exit(run_mig(_opts(**locals()), steps, reboot=reboot))
 

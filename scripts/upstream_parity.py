@@ -305,6 +305,8 @@ def markdown(data: dict[str, Any]) -> str:
                 f"{_gpustack_cell(row['gpustack'])} | {why} |"
             )
         out.append("")
+    for section in data.get("behaviour") or []:  # prose: not manifests, checked by their tests
+        out += [f"## {section['name']}", "", _text(section["text"]), ""]
     out += [_text(data.get("footer")), ""]
     return "\n".join(out)
 

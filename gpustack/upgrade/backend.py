@@ -42,7 +42,8 @@ class StepOptions:
     pod_selector: str = ""  # wait for pods matching it to finish before evicting
     wait_for_jobs_timeout: float = 0  # 0: wait as long as it takes (as upstream)
     pod_deletion_timeout: float = 300
-    force: bool = False
+    force: bool = False  # also evict pods no controller (or a gone DaemonSet) manages
+    delete_emptydir_data: bool = False  # also evict pods with emptyDir volumes (data lost)
     drain_timeout: float = 300
     validation_timeout: float = 600
     poll: float = 2.0

@@ -55,6 +55,7 @@ class UpgradeOptions:
     wait: bool = False
     forks: int | None = None  # refused: every playbook run of an upgrade has one host
     vault: VaultOptions = field(default_factory=VaultOptions)
+    delete_emptydir_data: bool = False
 
 
 def _target(opts: UpgradeOptions, extravars: dict[str, Any]) -> Target:
@@ -117,6 +118,7 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None, target_check=None) 
     )
     if not kubeconfig:
         cluster_only = (("--drain", opts.drain), ("--force", opts.force),
+                        ("--delete-emptydir-data", opts.delete_emptydir_data),
                         ("--wait-for-jobs", bool(opts.pod_selector)))  # fmt: skip
         given = [flag for flag, on in cluster_only if on]
         if given:
@@ -159,6 +161,7 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None, target_check=None) 
                 wait_for_jobs_timeout=opts.wait_for_jobs_timeout,
                 pod_deletion_timeout=opts.pod_deletion_timeout,
                 force=opts.force,
+                delete_emptydir_data=opts.delete_emptydir_data,
                 drain_timeout=opts.drain_timeout,
                 validation_timeout=opts.validation_timeout,
             ),

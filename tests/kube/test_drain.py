@@ -11,10 +11,11 @@ import threading
 import time
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from gpustack.k8s.cluster.connect import connect
-from gpustack.k8s.cluster.upgrade import KubernetesBackend
-from gpustack.upgrade.backend import StepOptions
+from gpustack.k8s.cluster.upgrade import MIRROR_ANNOTATION, KubernetesBackend
+from gpustack.upgrade.backend import StepFailed, StepOptions
 from tests.conftest import wait_until
 from tests.kube.conftest import KWOK_NODE_ANNOTATION
 
@@ -180,3 +181,124 @@ def test_an_accepted_eviction_is_not_asked_again_while_the_pod_terminates(kube, 
     assert [e["objectRef"]["name"] for e in evictions] == [name], evictions
     cluster.raw("DELETE", f"/api/v1/namespaces/{ns}")
     cluster.raw("DELETE", f"/api/v1/nodes/{node}")
+
+
+# -- which pods leave, as kubectl drain decides (k8s.io/kubectl@v0.36.3/pkg/drain/filters.go) --
+
+
+def _namespace_and_node(cluster, unique: str, prefix: str) -> tuple[str, str]:
+    node, ns = f"{prefix}-{unique}", f"{prefix}-{unique}"
+    kwok_node(cluster, node, gpus=8)
+    cluster.raw("POST", "/api/v1/namespaces", body={"metadata": {"name": ns}},
+                ctype="application/json")  # fmt: skip
+    return node, ns
+
+
+def _replicaset(cluster, ns: str, node: str, name: str, volumes=None) -> str:
+    """A one-replica GPU ReplicaSet on `node`; returns its Running pod's name."""
+    labels = {"app": name}
+    spec = {"nodeSelector": {"kubernetes.io/hostname": node},
+            "containers": [{"name": "c", "image": f"{name}:1",
+                            "resources": {"limits": {GPU: "1"}}}]}  # fmt: skip
+    if volumes:
+        spec["volumes"] = volumes
+        spec["containers"][0]["volumeMounts"] = [
+            {"name": v["name"], "mountPath": f"/{v['name']}"} for v in volumes
+        ]
+    cluster.raw("POST", f"/apis/apps/v1/namespaces/{ns}/replicasets", ctype="application/json",
+                body={"metadata": {"name": name}, "spec": {
+                    "replicas": 1, "selector": {"matchLabels": labels},
+                    "template": {"metadata": {"labels": labels}, "spec": spec}}})  # fmt: skip
+    pod = wait_until(
+        lambda: next((p for p in running_pods(cluster, ns)
+                      if p["metadata"]["labels"].get("app") == name), None),
+        what=f"the {name} pod Running",
+    )  # fmt: skip
+    return pod["metadata"]["name"]
+
+
+def _uids(cluster, ns: str) -> set[str]:
+    return {p["metadata"]["uid"] for p in cluster.raw("GET", f"/api/v1/namespaces/{ns}/pods")["items"]}  # fmt: skip
+
+
+def test_an_emptydir_pod_is_refused_without_delete_emptydir_data(kubeconfig, unique):
+    cluster = connect(str(kubeconfig))
+    node, ns = _namespace_and_node(cluster, unique, "scratch")
+    name = _replicaset(cluster, ns, node, "scratch", volumes=[{"name": "cache", "emptyDir": {}}])
+    backend = KubernetesBackend(cluster, {node: node})
+    opts = StepOptions(pod_deletion_timeout=30, poll=0.2)
+    backend.cordon(node, RealClock(), opts)
+    before = _uids(cluster, ns)
+    for step in (backend.evict_gpu_pods, backend.drain):
+        with pytest.raises(StepFailed) as refused:
+            step(node, RealClock(), opts)
+        assert f"with local storage (emptyDir) would lose its data: {ns}/{name}" in str(
+            refused.value
+        )
+        assert "pass --delete-emptydir-data" in str(refused.value)
+    assert _uids(cluster, ns) == before, "nothing evicted"
+
+    opts.delete_emptydir_data = True
+    assert backend.evict_gpu_pods(node, RealClock(), opts) == "evicted 1 GPU pod(s)"
+    assert name not in {p["metadata"]["name"] for p in backend.pods_on(node)}
+    cluster.raw("DELETE", f"/api/v1/namespaces/{ns}")
+
+
+def test_a_mirror_pod_is_skipped_and_not_waited_for(kube, kubeconfig, unique):
+    """A static pod's mirror, as a kubelet writes it: the mirror annotation and its Node as
+    controlling owner. The admin may create it (NodeRestriction restricts node identities)."""
+    cluster = connect(str(kubeconfig))
+    node, ns = _namespace_and_node(cluster, unique, "static")
+    web = _replicaset(cluster, ns, node, "web")
+    node_uid = cluster.raw("GET", f"/api/v1/nodes/{node}")["metadata"]["uid"]
+    mirror = f"static-{node}"
+    cluster.raw("POST", f"/api/v1/namespaces/{ns}/pods", ctype="application/json", body={
+        "metadata": {"name": mirror, "annotations": {MIRROR_ANNOTATION: "0123abcd"},
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node,
+                                          "uid": node_uid, "controller": True}]},
+        "spec": {"nodeName": node, "containers": [
+            {"name": "c", "image": "static:1", "resources": {"limits": {GPU: "1"}}}]}})  # fmt: skip
+    backend = KubernetesBackend(cluster, {node: node})
+    opts = StepOptions(pod_deletion_timeout=30, poll=0.2)
+    backend.cordon(node, RealClock(), opts)
+    mark = kube.audit_mark()
+
+    assert backend.evict_gpu_pods(node, RealClock(), opts) == "evicted 1 GPU pod(s)"
+    left = {p["metadata"]["name"] for p in backend.pods_on(node)}
+    assert mirror in left and web not in left
+    evictions = [e for e in kube.audit_events(mark)
+                 if (e.get("objectRef") or {}).get("subresource") == "eviction"]  # fmt: skip
+    assert [e["objectRef"]["name"] for e in evictions] == [web], evictions
+    cluster.raw("DELETE", f"/api/v1/namespaces/{ns}/pods/{mirror}")
+    cluster.raw("DELETE", f"/api/v1/namespaces/{ns}")
+
+
+def test_a_pod_whose_replicaset_was_deleted_with_orphan_needs_force(kubeconfig, unique):
+    """Deleting the ReplicaSet with propagationPolicy=Orphan: the garbage collector takes the
+    owner reference off its pod before the ReplicaSet goes, so the pod declares no controller
+    (kubectl's unreplicatedFilter) and leaves only with --force."""
+    cluster = connect(str(kubeconfig))
+    node, ns = _namespace_and_node(cluster, unique, "orphan")
+    name = _replicaset(cluster, ns, node, "orphan")
+    cluster.raw("DELETE", f"/apis/apps/v1/namespaces/{ns}/replicasets/orphan",
+                body={"propagationPolicy": "Orphan"}, ctype="application/json")  # fmt: skip
+
+    def gone() -> bool:
+        try:
+            cluster.raw("GET", f"/apis/apps/v1/namespaces/{ns}/replicasets/orphan")
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_until(gone, what="the ReplicaSet gone, its pod orphaned")
+    backend = KubernetesBackend(cluster, {node: node})
+    opts = StepOptions(pod_deletion_timeout=30, poll=0.2)
+    backend.cordon(node, RealClock(), opts)
+    with pytest.raises(StepFailed) as refused:
+        backend.evict_gpu_pods(node, RealClock(), opts)
+    assert f"not managed by a controller would be lost: {ns}/{name}" in str(refused.value)
+    assert name in {p["metadata"]["name"] for p in backend.pods_on(node)}
+
+    opts.force = True
+    assert backend.evict_gpu_pods(node, RealClock(), opts) == "evicted 1 GPU pod(s)"
+    cluster.raw("DELETE", f"/api/v1/namespaces/{ns}")

@@ -4,6 +4,13 @@ The durable per-node state is the GPU Operator's label `nvidia.com/gpu-driver-up
 annotations carry the failure reason and whether an admin had cordoned the node before the
 upgrade (such a node stays cordoned). GPU pods leave through the Eviction API, so
 PodDisruptionBudgets are respected; a blocked eviction is retried until its timeout.
+
+Which pods leave follows `kubectl drain --ignore-daemonsets` (the filters of
+k8s.io/kubectl@v0.36.3/pkg/drain/filters.go, in their order): DaemonSet pods stay (but one
+whose DaemonSet is gone is an orphan: refused without --force); mirror (static) pods are
+skipped; pods with emptyDir volumes are refused without --delete-emptydir-data; pods that
+declare no controller are refused without --force. A refusal fails the node step before
+anything is evicted and names the pods. Unlike kubectl, finished pods are left alone.
 """
 
 from __future__ import annotations
@@ -41,11 +48,56 @@ def is_gpu_pod(pod: dict[str, Any]) -> bool:
     return False
 
 
-def _controller(pod: dict[str, Any]) -> str:
+def _controller_ref(pod: dict[str, Any]) -> dict[str, Any] | None:
     for ref in (pod.get("metadata") or {}).get("ownerReferences") or []:
         if ref.get("controller"):
-            return ref.get("kind", "")
-    return ""
+            return ref
+    return None
+
+
+def _daemonset_owned(pod: dict[str, Any]) -> bool:
+    """kubectl's isControllerRefDaemonSet: the controller is an apps/v1 DaemonSet."""
+    ref = _controller_ref(pod) or {}
+    return ref.get("kind") == "DaemonSet" and ref.get("apiVersion") == "apps/v1"
+
+
+def _mirror(pod: dict[str, Any]) -> bool:
+    return MIRROR_ANNOTATION in ((pod.get("metadata") or {}).get("annotations") or {})
+
+
+def _has_local_storage(pod: dict[str, Any]) -> bool:
+    """kubectl's hasLocalStorage: the pod has an emptyDir volume."""
+    volumes = (pod.get("spec") or {}).get("volumes") or []
+    return any(v.get("emptyDir") is not None for v in volumes)
+
+
+EVICT, SKIP = "evict", "skip"
+ORPHANED = "orphaned"  # DaemonSet-owned, its DaemonSet is gone
+LOCAL_STORAGE = "local-storage"
+UNMANAGED = "unmanaged"
+
+
+def drain_verdict(
+    pod: dict[str, Any], daemonset_gone: bool, *, force: bool, delete_emptydir_data: bool
+) -> str:
+    """Pure: what a drain does with one pod that is not finished, as kubectl drain
+    --ignore-daemonsets decides it (k8s.io/kubectl@v0.36.3/pkg/drain/filters.go, filters
+    daemonSetFilter, mirrorPodFilter, localStorageFilter, unreplicatedFilter in that order; the
+    first that does not delete the pod decides). EVICT, SKIP, or the reason it is refused
+    (ORPHANED, LOCAL_STORAGE, UNMANAGED). `daemonset_gone`: the API server answered 404 for
+    the pod's controlling DaemonSet (only asked for DaemonSet-owned pods)."""
+    if _daemonset_owned(pod):
+        if not daemonset_gone:
+            return SKIP  # --ignore-daemonsets: the DaemonSet controller would put it back
+        if not force:
+            return ORPHANED
+    if _mirror(pod):
+        return SKIP  # the kubelet owns a static pod; deleting its mirror changes nothing
+    if _has_local_storage(pod) and not delete_emptydir_data:
+        return LOCAL_STORAGE
+    if _controller_ref(pod) is None and not force:
+        return UNMANAGED
+    return EVICT
 
 
 def _terminal(pod: dict[str, Any]) -> bool:
@@ -197,30 +249,46 @@ class KubernetesBackend:
             clock.sleep(opts.poll)
 
     def evict_gpu_pods(self, name: str, clock: Clock, opts: StepOptions) -> str:
-        pods = [
-            p
-            for p in self.pods_on(name)
-            if is_gpu_pod(p) and not _terminal(p) and _controller(p) != "DaemonSet"
-        ]
+        pods = [p for p in self.pods_on(name) if is_gpu_pod(p) and not _terminal(p)]
+        pods = self._to_evict(pods, opts, "GPU pod")
         return self._evict(name, pods, clock, opts, opts.pod_deletion_timeout, "GPU pod")
 
     def drain(self, name: str, clock: Clock, opts: StepOptions) -> str:
-        pods = [
-            p
-            for p in self.pods_on(name)
-            if not _terminal(p)
-            and _controller(p) != "DaemonSet"
-            and MIRROR_ANNOTATION not in ((p.get("metadata") or {}).get("annotations") or {})
-        ]
+        pods = [p for p in self.pods_on(name) if not _terminal(p)]
+        pods = self._to_evict(pods, opts, "pod")
         return self._evict(name, pods, clock, opts, opts.drain_timeout, "pod")
 
-    def _evict(self, host, pods, clock, opts, timeout: float, what: str) -> str:
-        unmanaged = [f"{ns}/{n}" for ns, n in map(_ref, pods) if not _controller_of(pods, ns, n)]
-        if unmanaged and not opts.force:
+    def _daemonset_gone(self, pod: dict[str, Any]) -> bool:
+        """kubectl's daemonSetFilter lookup: 404 for the controlling DaemonSet is an orphan."""
+        ns, ref = _ref(pod)[0], _controller_ref(pod) or {}
+        try:
+            self.cluster.raw("GET", f"/apis/apps/v1/namespaces/{ns}/daemonsets/{ref.get('name')}")
+        except ApiException as exc:
+            if exc.status == 404:
+                return True
             raise StepFailed(
-                f"{what}(s) not managed by a controller would be lost: {', '.join(unmanaged[:5])}"
-                " (pass --force to evict them anyway)"
+                f"read DaemonSet {ns}/{ref.get('name')}: {status_message(exc)}"
+            ) from None
+        return False
+
+    def _to_evict(self, pods, opts: StepOptions, what: str) -> list[dict[str, Any]]:
+        """The pods to evict, or StepFailed naming every refused pod before any is evicted."""
+        refused: dict[str, list[str]] = {}
+        out = []
+        for pod in pods:
+            gone = _daemonset_owned(pod) and self._daemonset_gone(pod)
+            verdict = drain_verdict(
+                pod, gone, force=opts.force, delete_emptydir_data=opts.delete_emptydir_data
             )
+            if verdict == EVICT:
+                out.append(pod)
+            elif verdict != SKIP:
+                refused.setdefault(verdict, []).append("/".join(_ref(pod)))
+        if refused:
+            raise StepFailed(refusal_message(refused, what))
+        return out
+
+    def _evict(self, host, pods, clock, opts, timeout: float, what: str) -> str:
         pending = {_ref(p): p["metadata"].get("uid") for p in pods}
         blocked: dict[tuple[str, str], str] = {}
         accepted: set[tuple[str, str]] = set()  # evicted: wait for them to go, ask no more
@@ -309,11 +377,31 @@ class KubernetesBackend:
         return "verification pod succeeded"
 
 
-def _controller_of(pods, ns, name) -> str:
-    for pod in pods:
-        if _ref(pod) == (ns, name):
-            return _controller(pod)
-    return ""
+def refusal_message(refused: dict[str, list[str]], what: str) -> str:
+    """Pure: one message for the refused pods, grouped by reason, each with its flag."""
+
+    def names(key: str) -> str:
+        pods = refused[key]
+        more = f" and {len(pods) - 5} more" if len(pods) > 5 else ""
+        return ", ".join(pods[:5]) + more
+
+    parts = []
+    if UNMANAGED in refused:
+        parts.append(
+            f"{what}(s) not managed by a controller would be lost: {names(UNMANAGED)}"
+            " (pass --force to evict them anyway)"
+        )
+    if ORPHANED in refused:
+        parts.append(
+            f"{what}(s) whose DaemonSet is gone would be lost: {names(ORPHANED)}"
+            " (pass --force to evict them anyway)"
+        )
+    if LOCAL_STORAGE in refused:
+        parts.append(
+            f"{what}(s) with local storage (emptyDir) would lose its data: {names(LOCAL_STORAGE)}"
+            " (pass --delete-emptydir-data to evict them anyway)"
+        )
+    return "; ".join(parts)
 
 
 def _budget_message(exc: ApiException) -> str:

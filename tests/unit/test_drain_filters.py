@@ -1,0 +1,159 @@
+"""Which pods a drain or a GPU-pod eviction takes, as kubectl drain --ignore-daemonsets decides
+(k8s.io/kubectl@v0.36.3/pkg/drain/filters.go): the pure verdict, the grouped refusal message,
+and the DaemonSet lookup that makes an orphan."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from gpustack.k8s.cluster.upgrade import (
+    EVICT,
+    LOCAL_STORAGE,
+    MIRROR_ANNOTATION,
+    ORPHANED,
+    SKIP,
+    UNMANAGED,
+    KubernetesBackend,
+    drain_verdict,
+)
+from gpustack.upgrade.backend import StepFailed, StepOptions
+
+GPU = {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}
+
+
+def pod(name="p", *, owner=None, api="apps/v1", emptydir=False, mirror=False, phase="Running"):
+    meta = {"name": name, "namespace": "ns", "uid": f"uid-{name}"}
+    if owner:
+        meta["ownerReferences"] = [
+            {"apiVersion": api, "kind": owner, "name": "o", "uid": "u", "controller": True}
+        ]
+    if mirror:
+        meta["annotations"] = {MIRROR_ANNOTATION: "hash"}
+    spec = dict(GPU)
+    if emptydir:
+        spec["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+    return {"metadata": meta, "spec": spec, "status": {"phase": phase}}
+
+
+def verdict(p, gone=False, force=False, emptydir=False):
+    return drain_verdict(p, gone, force=force, delete_emptydir_data=emptydir)
+
+
+def test_a_managed_pod_is_evicted():
+    assert verdict(pod(owner="ReplicaSet")) == EVICT
+
+
+def test_a_bare_pod_needs_force():
+    assert verdict(pod()) == UNMANAGED
+    assert verdict(pod(), force=True) == EVICT
+
+
+def test_an_emptydir_pod_needs_delete_emptydir_data_even_when_managed():
+    p = pod(owner="ReplicaSet", emptydir=True)
+    assert verdict(p) == LOCAL_STORAGE
+    assert verdict(p, force=True) == LOCAL_STORAGE  # --force is not the flag for it
+    assert verdict(p, emptydir=True) == EVICT
+
+
+def test_a_bare_emptydir_pod_needs_both_flags():
+    p = pod(emptydir=True)
+    assert verdict(p, emptydir=True) == UNMANAGED
+    assert verdict(p, force=True, emptydir=True) == EVICT
+
+
+def test_a_mirror_pod_is_skipped_whatever_the_flags():
+    p = pod(owner="Node", api="v1", mirror=True, emptydir=True)
+    for force in (False, True):
+        assert verdict(p, force=force) == SKIP
+        assert verdict(p, force=force, emptydir=True) == SKIP
+    assert verdict(pod(mirror=True)) == SKIP  # no owner reference at all: still skipped
+
+
+def test_daemonset_pods_stay_unless_their_daemonset_is_gone():
+    ds = pod(owner="DaemonSet", emptydir=True)
+    assert verdict(ds) == SKIP  # as --ignore-daemonsets: before the emptyDir check
+    assert verdict(ds, gone=True) == ORPHANED
+    assert verdict(ds, gone=True, force=True) == LOCAL_STORAGE  # then the other filters run
+    assert verdict(ds, gone=True, force=True, emptydir=True) == EVICT
+
+
+def test_only_an_apps_v1_daemonset_is_a_daemonset():
+    assert verdict(pod(owner="DaemonSet", api="apps.kruise.io/v1alpha1")) == EVICT
+
+
+class Cluster:
+    """Answers list-pods with `pods`, GETs of the DaemonSets in `daemonsets`, 404 otherwise."""
+
+    def __init__(self, pods, daemonsets=()):
+        self.pods, self.daemonsets, self.evicted = pods, set(daemonsets), []
+
+    def list_all(self, path, what, **query):
+        return [p for p in self.pods if p["metadata"]["name"] not in self.evicted]
+
+    def raw(self, method, path, *args, **kw):
+        if method == "POST" and path.endswith("/eviction"):
+            self.evicted.append(path.split("/")[-2])
+            return {}
+        if "/daemonsets/" in path:
+            if path.rsplit("/", 1)[1] in self.daemonsets:
+                return {}
+            raise ApiException(status=404, reason="Not Found")
+        raise AssertionError(path)
+
+
+class Clock:
+    def now(self):
+        return 0.0
+
+    def sleep(self, seconds):
+        raise AssertionError("no waiting expected")
+
+
+def test_every_refused_pod_is_named_before_anything_is_evicted():
+    pods = [
+        pod("web", owner="ReplicaSet"),
+        pod("scratch", owner="ReplicaSet", emptydir=True),
+        pod("bare"),
+        pod("orphan", owner="DaemonSet"),
+        pod("static", owner="Node", api="v1", mirror=True),
+    ]
+    cluster = Cluster(pods)
+    backend = KubernetesBackend(cluster, {"n": "n"})
+    with pytest.raises(StepFailed) as failed:
+        backend.drain("n", Clock(), StepOptions(drain=True))
+    message = str(failed.value)
+    assert "pod(s) not managed by a controller would be lost: ns/bare" in message
+    assert "pod(s) whose DaemonSet is gone would be lost: ns/orphan" in message
+    assert "with local storage (emptyDir) would lose its data: ns/scratch" in message
+    assert "--delete-emptydir-data" in message and "--force" in message
+    assert "web" not in message and "static" not in message
+    assert cluster.evicted == []
+
+
+def test_with_both_flags_all_but_the_mirror_and_finished_pods_leave():
+    pods = [
+        pod("web", owner="ReplicaSet"),
+        pod("scratch", owner="ReplicaSet", emptydir=True),
+        pod("bare"),
+        pod("orphan", owner="DaemonSet"),  # its DaemonSet "o" is gone
+        pod("static", owner="Node", api="v1", mirror=True),
+        pod("done", emptydir=True, phase="Succeeded"),
+    ]
+    cluster = Cluster(pods)
+    backend = KubernetesBackend(cluster, {"n": "n"})
+    opts = StepOptions(drain=True, force=True, delete_emptydir_data=True)
+    assert backend.drain("n", Clock(), opts) == "evicted 4 pod(s)"
+    assert sorted(cluster.evicted) == ["bare", "orphan", "scratch", "web"]
+
+
+def test_a_live_daemonset_and_a_mirror_pod_are_not_evicted_nor_waited_for():
+    pods = [
+        pod("agent", owner="DaemonSet"),
+        pod("static", owner="Node", api="v1", mirror=True),
+        pod("web", owner="ReplicaSet"),
+    ]
+    cluster = Cluster(pods, daemonsets={"o"})
+    backend = KubernetesBackend(cluster, {"n": "n"})
+    assert backend.evict_gpu_pods("n", Clock(), StepOptions()) == "evicted 1 GPU pod(s)"
+    assert cluster.evicted == ["web"]
