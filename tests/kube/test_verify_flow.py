@@ -419,7 +419,9 @@ def test_daemonsets_never_ready_fail_the_node(kube, kubeconfig, unique):
     assert not report.passed
     status, message = checks(report, node)["operands"]
     assert status == "failed"
-    assert f"nvidia-device-plugin not ready after {MINIMUM} s: 0/1 ready" in message
+    assert message.startswith(f"DaemonSet nvidia-device-plugin not ready after {MINIMUM} s: "
+                              f"on {node}: pod nvidia-device-plugin-")  # fmt: skip
+    assert "not Ready: container nvidia-device-plugin ErrImagePull: Failed to pull" in message
     assert "gpu-feature-discovery" not in message and "dcgm-exporter" not in message
     assert "capacity" not in checks(report, node)
     assert ("create", f"/api/v1/namespaces/{ns}/pods") not in calls

@@ -8,7 +8,9 @@ nothing (same resourceVersion).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -142,7 +144,10 @@ def _get_or_none(cluster, resource, name, namespace, ref):
 
 
 def daemonset_state(ds: dict[str, Any], expected_nodes: int) -> tuple[bool, str]:
-    """Pure: is this DaemonSet rolled out and ready on at least `expected_nodes` nodes?"""
+    """Pure: is this DaemonSet rolled out and ready on at least `expected_nodes` nodes?
+
+    The DaemonSet as a whole, from its status: one broken node anywhere makes it not ready.
+    Install and verify judge each node by its own pod instead (`node_verdict`)."""
     meta, status = ds.get("metadata") or {}, ds.get("status") or {}
     generation = meta.get("generation", 0)
     observed = status.get("observedGeneration", 0)
@@ -159,12 +164,176 @@ def daemonset_state(ds: dict[str, Any], expected_nodes: int) -> tuple[bool, str]
     return True, text
 
 
+# How the DaemonSet controller marks a pod of the current template
+# (k8s.io/kubernetes@v1.36.3 pkg/controller/daemon/util/daemonset_util.go, IsPodUpdated and
+# CreatePodTemplate): its label pod-template-generation equals the DaemonSet's template
+# generation (the API server keeps it in the annotation below), or its label
+# controller-revision-hash equals the hash of the DaemonSet's current ControllerRevision (the
+# one of the highest revision once the controller has observed the generation:
+# pkg/controller/daemon/update.go, constructHistory). Either matching is enough: a template
+# changed back to an earlier one keeps the pods of that revision, with their old generation.
+TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
+GENERATION_LABEL = "pod-template-generation"
+HASH_LABEL = "controller-revision-hash"
+# A pod must have been Ready this long (or the DaemonSet's minReadySeconds, if longer) before
+# it counts: gpustack's operands have no readiness probe, so a container that starts and then
+# crashes is Ready for a moment. Kubernetes calls such a pod available
+# (pkg/api/v1/pod/util.go IsPodAvailable: Ready for minReadySeconds, from the Ready
+# condition's lastTransitionTime).
+STEADY_SECONDS = 5.0
+
+READY, SETTLING, NOT_READY = "ready", "settling", "not ready"
+
+
+@dataclass
+class Verdict:
+    """The DaemonSet's state on one node, from its pods there."""
+
+    state: str  # READY, SETTLING (Ready, not yet for long enough) or NOT_READY
+    text: str
+    run: tuple = ()  # SETTLING: the container run that is Ready (pod uid, restart counts)
+    need: float = 0.0  # SETTLING: the seconds it must stay Ready
+
+
+def selector_query(selector: dict[str, Any]) -> str:
+    """A LabelSelector (matchLabels, matchExpressions) as a labelSelector query string."""
+    parts = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], ",".join(expr.get("values") or [])
+        parts.append({"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})",
+                      "Exists": key, "DoesNotExist": f"!{key}"}[op])  # fmt: skip
+    return ",".join(parts)
+
+
+def owned_by(obj: dict[str, Any], uid: str) -> bool:
+    refs = (obj.get("metadata") or {}).get("ownerReferences") or []
+    return any(r.get("uid") == uid and r.get("controller") for r in refs)
+
+
+def target_node(pod: dict[str, Any]) -> str:
+    """The node a DaemonSet pod is for: spec.nodeName, or before it is bound the node its
+    required node affinity names (k8s.io/kubernetes@v1.36.3 pkg/controller/daemon/util,
+    GetTargetNodeName)."""
+    spec = pod.get("spec") or {}
+    if spec.get("nodeName"):
+        return spec["nodeName"]
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})  # fmt: skip
+    for term in required.get("nodeSelectorTerms") or []:
+        for field_req in term.get("matchFields") or []:
+            values = field_req.get("values") or []
+            if field_req.get("key") == "metadata.name" and len(values) == 1:
+                return values[0]
+    return ""
+
+
+def pod_updated(pod: dict[str, Any], generation: str | None, current_hash: str | None) -> bool:
+    """Pure: whether the DaemonSet controller counts `pod` as of the current template."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return bool(
+        (generation is not None and labels.get(GENERATION_LABEL) == generation)
+        or (current_hash and labels.get(HASH_LABEL) == current_hash)
+    )
+
+
+def _ready_condition(pod: dict[str, Any]) -> dict[str, Any]:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == "Ready"), {})
+
+
+def _parse_time(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _restarts(pod: dict[str, Any]) -> tuple[int, ...]:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return tuple(int(c.get("restartCount") or 0) for c in statuses)
+
+
+def why_not_ready(pod: dict[str, Any]) -> str:
+    """Pure: a pod's state in the scheduler's and kubelet's words, from its status only."""
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return f"{phase}, not scheduled: {cond.get('message') or cond.get('reason', '')}"
+    words = []
+    for container in status.get("containerStatuses") or []:
+        state = container.get("state") or {}
+        detail = state.get("waiting") or state.get("terminated")
+        if detail:
+            text = detail.get("reason") or ("Waiting" if "waiting" in state else "Terminated")
+            if "exitCode" in detail:
+                text += f" (exit code {detail['exitCode']})"
+            if detail.get("message"):
+                text += f": {detail['message'][:300]}"
+            words.append(f"container {container.get('name')} {text}")
+        elif not container.get("ready"):
+            words.append(f"container {container.get('name')} running, not ready")
+        restarts = int(container.get("restartCount") or 0)
+        if restarts:
+            words.append(f"restarted {restarts} time(s)")
+    if not words:
+        cond = _ready_condition(pod)
+        words.append(cond.get("message") or cond.get("reason") or "no status from its kubelet")
+    return f"{phase}, not Ready: {'; '.join(words)}"
+
+
+def node_verdict(
+    ds: dict[str, Any],
+    pods: list[dict[str, Any]],
+    node: str,
+    current_hash: str | None,
+    wall_now: float,
+) -> Verdict:
+    """Pure: the DaemonSet on `node`, from its pods whose target node it is. Ready when a pod
+    of the current template there is Ready and has been for STEADY_SECONDS (or the DaemonSet's
+    minReadySeconds) by the kubelet's clock; SETTLING when it is Ready for less."""
+    meta = ds.get("metadata") or {}
+    generation = (meta.get("annotations") or {}).get(TEMPLATE_GENERATION)
+    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    if not live:
+        going = " (its previous pod is being deleted)" if pods else ""
+        return Verdict(NOT_READY, f"on {node}: no pod scheduled yet{going}")
+    current = [p for p in live if pod_updated(p, generation, current_hash)]
+    if not current:
+        pod = live[0]
+        name = pod["metadata"]["name"]
+        had = ((pod.get("metadata") or {}).get("labels") or {}).get(GENERATION_LABEL, "?")
+        return Verdict(NOT_READY, f"on {node}: pod {name} is of an old template (generation "
+                                  f"{had}, the DaemonSet's is {generation or '?'}); "
+                                  "the controller has not replaced it yet")  # fmt: skip
+    ready = [p for p in current if _ready_condition(p).get("status") == "True"]
+    if not ready:
+        pod = current[0]
+        return Verdict(NOT_READY, f"on {node}: pod {pod['metadata']['name']} "
+                                  f"{why_not_ready(pod)}")  # fmt: skip
+    pod = ready[0]
+    name = pod["metadata"]["name"]
+    need = max(float((ds.get("spec") or {}).get("minReadySeconds") or 0), STEADY_SECONDS)
+    since = _parse_time(_ready_condition(pod).get("lastTransitionTime"))
+    held = wall_now - since if since is not None else 0.0
+    if held >= need:
+        return Verdict(READY, f"on {node}: pod {name} Ready")
+    restarts = sum(_restarts(pod))
+    again = f" after {restarts} restart(s)" if restarts else ""
+    run = (pod["metadata"].get("uid"), _restarts(pod))
+    text = f"on {node}: pod {name} Ready{again} for {max(held, 0):.0f} s of the {need:.0f} s"
+    return Verdict(SETTLING, text, run, need)
+
+
 @dataclass
 class RolloutResult:
     name: str
-    ready: bool
+    ready: bool  # ready on every node of `nodes`
     message: str
     nodes: list[str] = field(default_factory=list)  # labelled nodes it must run on
+    problems: dict[str, str] = field(default_factory=dict)  # node of `nodes` -> why not ready
 
 
 def _selects(ds: dict[str, Any], labels: dict[str, str]) -> bool:
@@ -189,6 +358,83 @@ def get_daemonset(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]
     return read_or_none(cluster, path, f"DaemonSet {namespace}/{name}")
 
 
+def daemonset_pods(cluster: Cluster, ds: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pods the DaemonSet controls: one list, by its selector."""
+    meta = ds["metadata"]
+    selector = selector_query((ds.get("spec") or {}).get("selector") or {})
+    pods = cluster.list_all(f"/api/v1/namespaces/{meta['namespace']}/pods",
+                            f"list the pods of DaemonSet {meta['name']}",
+                            labelSelector=selector)  # fmt: skip
+    return [p for p in pods if owned_by(p, meta.get("uid"))]
+
+
+def current_revision_hash(cluster: Cluster, ds: dict[str, Any]) -> str | None:
+    """The controller-revision-hash of the DaemonSet's current ControllerRevision (the highest
+    revision it owns); None when it has none."""
+    meta = ds["metadata"]
+    path = f"/apis/apps/v1/namespaces/{meta['namespace']}/controllerrevisions"
+    selector = selector_query((ds.get("spec") or {}).get("selector") or {})
+    try:
+        answer = cluster.raw("GET", path, [("labelSelector", selector)])
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        message = f"cannot list the revisions of DaemonSet {meta['name']}: {status_message(exc)}"
+        raise GpustackError(message, api_hint(exc)) from None
+    owned = [r for r in answer.get("items") or [] if owned_by(r, meta.get("uid"))]
+    if not owned:
+        return None
+    latest = max(owned, key=lambda r: r.get("revision", 0))
+    return ((latest.get("metadata") or {}).get("labels") or {}).get(HASH_LABEL) or latest[
+        "metadata"
+    ]["name"]
+
+
+def _rollout(cluster, ds, nodes, steady, mono_now, wall_now) -> RolloutResult:
+    """One look at a DaemonSet on the nodes it must run on. `steady`: (DaemonSet, node) ->
+    (container run, when it was first seen Ready) over the wait's looks."""
+    name = ds["metadata"]["name"]
+    generation = (ds.get("metadata") or {}).get("generation", 0)
+    if (ds.get("status") or {}).get("observedGeneration", 0) < generation:
+        text = f"the controller has not observed generation {generation} yet"
+        return RolloutResult(name, False, text, nodes, {n: text for n in nodes})
+    pods = daemonset_pods(cluster, ds)
+    by_node: dict[str, list[dict[str, Any]]] = {}
+    for pod in sorted(pods, key=lambda p: p["metadata"].get("creationTimestamp") or ""):
+        by_node.setdefault(target_node(pod), []).append(pod)
+    template = (ds["metadata"].get("annotations") or {}).get(TEMPLATE_GENERATION)
+    mine = [p for n in nodes for p in by_node.get(n, [])]
+    current_hash = None
+    if any(((p["metadata"].get("labels") or {}).get(GENERATION_LABEL) != template) for p in mine):
+        current_hash = current_revision_hash(cluster, ds)
+    problems = {}
+    for node in nodes:
+        verdict = node_verdict(ds, by_node.get(node, []), node, current_hash, wall_now)
+        key = (name, node)
+        if verdict.state == SETTLING:
+            run, first = steady.get(key, (None, mono_now))
+            if run != verdict.run:
+                first = mono_now
+            steady[key] = (verdict.run, first)
+            if mono_now - first >= verdict.need:  # seen Ready that long by this wait's clock
+                continue
+        else:
+            steady.pop(key, None)
+        if verdict.state != READY:
+            problems[node] = verdict.text
+    elsewhere = sorted(
+        target_node(p) or "no node"
+        for p in pods
+        if target_node(p) not in nodes
+        and not p["metadata"].get("deletionTimestamp")
+        and _ready_condition(p).get("status") != "True"
+    )
+    note = f"; not Ready elsewhere (not checked): {', '.join(elsewhere)}" if elsewhere else ""
+    if problems:
+        return RolloutResult(name, False, "; ".join(problems.values()) + note, nodes, problems)
+    return RolloutResult(name, True, f"ready on {len(nodes)} node(s){note}", nodes)
+
+
 def wait_daemonsets(
     cluster: Cluster,
     namespace: str,
@@ -197,12 +443,17 @@ def wait_daemonsets(
     timeout: float,
     clock: Clock | None = None,
 ) -> list[RolloutResult]:
-    """Poll until every DaemonSet is ready on the labelled nodes it selects, or `timeout`.
+    """Poll until every DaemonSet is ready on each labelled node it selects, or `timeout`.
 
+    Each node is judged by its own pod (the GPU Operator's validator works per node too): a
+    pod of the current template, Ready for STEADY_SECONDS. A pod not ready on a node outside
+    `node_labels` is mentioned, and fails nothing. One pod list per DaemonSet per look (and a
+    ControllerRevision list only when a pod's template generation is not the DaemonSet's).
     A DaemonSet that does not exist ends the wait at once (nothing will create it).
     """
     clock = clock or Clock()
     start = clock.now()
+    steady: dict[tuple[str, str], tuple[tuple, float]] = {}
     while True:
         results, missing = [], False
         for name in names:
@@ -213,12 +464,14 @@ def wait_daemonsets(
                 results.append(RolloutResult(name, False, message, []))
                 continue
             nodes = [n for n, labels in node_labels.items() if _selects(ds, labels)]
-            ready, message = daemonset_state(ds, len(nodes))
-            results.append(RolloutResult(name, ready, message, nodes))
+            results.append(_rollout(cluster, ds, nodes, steady, clock.now(), time.time()))
         if all(r.ready for r in results) or missing or clock.now() - start >= timeout:
             for r in results:
                 if not r.ready and not r.message.startswith("not found"):
                     r.message = f"not ready after {timeout:.0f} s: {r.message}"
+                    r.problems = {
+                        n: f"not ready after {timeout:.0f} s: {p}" for n, p in r.problems.items()
+                    }
             return results
         clock.sleep(POLL_SECONDS)
 

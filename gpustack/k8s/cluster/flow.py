@@ -133,16 +133,18 @@ def _targets(session: Session, result: RunResult, matches) -> list[Target]:
 
 
 def _operands(results: list[apply.RolloutResult], labelled: list[str]) -> dict[str, tuple]:
-    """node -> (ready, message) over the DaemonSets that must run there."""
+    """node -> (ready, message) over the DaemonSets that must run there, each judged by its pod
+    on that node: a DaemonSet not ready on another node does not fail this one."""
     state = {}
     missing = [r for r in results if r.message.startswith("not found")]
     for node in labelled:
         mine = [r for r in results if node in r.nodes] + missing
-        bad = [r for r in mine if not r.ready]
+        bad = [(r.name, r.problems.get(node, r.message)) for r in mine
+               if not r.ready and (not r.nodes or node in r.problems)]  # fmt: skip
         if not mine:
             state[node] = (False, "no gpustack DaemonSet selects this node (labels missing?)")
         elif bad:
-            state[node] = (False, "; ".join(f"DaemonSet {r.name} {r.message}" for r in bad))
+            state[node] = (False, "; ".join(f"DaemonSet {name} {why}" for name, why in bad))
         else:
             state[node] = (True, ", ".join(sorted(r.name for r in mine)))
     return state

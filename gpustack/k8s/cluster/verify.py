@@ -3,7 +3,7 @@
 Checks per node, in order (a failed check skips the later ones for that node):
   node      the inventory host maps to a Node object
   gpus      host facts show NVIDIA GPUs with a loaded driver
-  operands  the DaemonSets that select the node are ready
+  operands  each DaemonSet that selects the node has a Ready pod of its template there
   capacity  allocatable `nvidia.com/gpu` equals GPUs × gpus_per_device; with MIG, any GPU
             resource of either family (`nvidia.com/gpu*`, `nvidia.com/mig-*`) counts
   pod       a pod pinned to the node asks for ONE free unit (a MIG resource first, as the GPU

@@ -20,6 +20,7 @@ from tests.cluster.emulator.errors import ApiError
 from tests.cluster.emulator.fields import deep_merge, delete_path, fields_v1, get_path, leaf_paths
 from tests.cluster.emulator.kinds import Kind
 from tests.cluster.emulator.store import Store
+from tests.cluster.emulator.strategies import template_generation
 
 Create = Callable[[Kind, str | None, dict, bool], dict]
 
@@ -54,6 +55,8 @@ class Writer:
         validate_update(kind, old, new)
         if body(new) != body(old):
             new["metadata"]["generation"] = old["metadata"].get("generation", 1) + 1
+        if kind.kind == "DaemonSet":
+            template_generation(old, new)
         if (
             body(new) != body(old)
             or meta(new) != meta(old)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from tests.cluster.emulator.errors import ApiError
 from tests.cluster.emulator.eviction import pod_ready
 from tests.cluster.emulator.scheduler import node_selected, tolerates
+from tests.cluster.emulator.strategies import TEMPLATE_GENERATION
 
 if TYPE_CHECKING:
     from tests.cluster.emulator.cluster import ClusterEmulator
@@ -100,7 +101,8 @@ class DaemonSets:
         name = ds["metadata"]["name"]
         meta["generateName"] = f"{name}-"
         meta["labels"] = {**(meta.get("labels") or {}), HASH_LABEL: current,
-                          "pod-template-generation": str(ds["metadata"].get("generation", 1))}  # fmt: skip
+                          "pod-template-generation": (ds["metadata"].get("annotations") or {})
+                          .get(TEMPLATE_GENERATION, "1")}  # fmt: skip
         meta["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": name,
                                     "uid": ds["metadata"]["uid"], "controller": True,
                                     "blockOwnerDeletion": True}]  # fmt: skip

@@ -38,6 +38,25 @@ def prepare_for_create(kind: Kind, obj: dict) -> None:
         obj["status"] = {"phase": "Active"}
     if kind.kind == "Pod":
         _pod_defaults(obj)
+    if kind.kind == "DaemonSet":
+        template_generation(None, obj)
+
+
+TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
+
+
+def template_generation(old: dict | None, new: dict) -> None:
+    """The DaemonSet's template generation, kept by the API server in an annotation of the
+    apps/v1 object: 1 on create, one more at each change of spec.template, never the client's
+    (k8s.io/kubernetes@v1.36.3 pkg/registry/apps/daemonset/strategy.go, PrepareForCreate and
+    PrepareForUpdate; pkg/apis/apps/v1/conversion.go)."""
+    value = 1
+    if old is not None:
+        before = (old["metadata"].get("annotations") or {}).get(TEMPLATE_GENERATION, "1")
+        value = int(before)
+        if (old.get("spec") or {}).get("template") != (new.get("spec") or {}).get("template"):
+            value += 1
+    new["metadata"].setdefault("annotations", {})[TEMPLATE_GENERATION] = str(value)
 
 
 def _pod_defaults(pod: dict) -> None:
