@@ -140,17 +140,18 @@ def end_verification_pod(cluster, directory: Path, pod: dict, outcome: Outcome) 
 
 
 def kwok_node(cluster, name: str, *, gpus: int = 0, labels: dict | None = None,
-              resources: dict | None = None) -> None:  # fmt: skip
-    """A Node that kwok plays the kubelet of (it heartbeats the node and marks it Ready).
-    `gpus`: its nvidia.com/gpu capacity and allocatable, and `resources` any other (MIG or
-    shared resources), as the test writes them: a STAND-IN for a device plugin's report, not a
-    GPU."""
+              resources: dict | None = None, unschedulable: bool = False) -> dict:  # fmt: skip
+    """A Node that kwok plays the kubelet of (it heartbeats the node and marks it Ready);
+    returns it as created. `gpus`: its nvidia.com/gpu capacity and allocatable, and `resources`
+    any other (MIG or shared resources), as the test writes them: a STAND-IN for a device
+    plugin's report, not a GPU."""
     resources = {"cpu": "32", "memory": "256Gi", "pods": "110", **(resources or {})}
     if gpus:
         resources[GPU] = str(gpus)
-    cluster.raw("POST", "/api/v1/nodes", ctype=JSON, body={
+    return cluster.raw("POST", "/api/v1/nodes", ctype=JSON, body={
         "metadata": {"name": name, "annotations": {KWOK_NODE_ANNOTATION: "fake"},
                      "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "spec": {"unschedulable": unschedulable},
         "status": {"capacity": resources, "allocatable": resources}})  # fmt: skip
 
 

@@ -48,10 +48,9 @@ from gpustack.k8s.cluster import apply, flow
 from gpustack.k8s.cluster import status as cluster_status
 from gpustack.k8s.cluster.connect import connect
 from gpustack.k8s.manifests import DRA_DRIVER, DRA_SERVICE_ACCOUNT, ClusterConfig, render
-from tests.cluster.helpers import gpu_facts, inventory, run_result, smi_output, uuids_for
+from tests.builders import gpu_facts, inventory, run_result, smi_output, uuids_for
 from tests.conftest import wait_until
-from tests.kube.conftest import KWOK_NODE_ANNOTATION
-from tests.kube.stand_ins import Outcome, end_verification_pod
+from tests.kube.stand_ins import Outcome, end_verification_pod, kwok_node
 
 pytestmark = pytest.mark.kube
 
@@ -65,19 +64,6 @@ FAST = {"gpustack_k8s_daemonset_timeout": 20, "gpustack_k8s_capacity_timeout": 1
 
 
 # -- stand-ins -----------------------------------------------------------------------------
-
-
-def kwok_node(cluster, name: str, gpus: int = 0) -> dict:
-    """A kwok node. Under DRA its GPUs are in ResourceSlices, not in its allocatable; `gpus`
-    puts `nvidia.com/gpu` there as a device plugin would report it (for a switch back)."""
-    resources = {"cpu": "32", "memory": "256Gi", "pods": "110"}
-    if gpus:
-        resources["nvidia.com/gpu"] = str(gpus)
-    body = {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": name, "annotations": {KWOK_NODE_ANNOTATION: "fake"},
-                         "labels": {"kubernetes.io/hostname": name}},
-            "status": {"capacity": resources, "allocatable": resources}}  # fmt: skip
-    return cluster.raw("POST", "/api/v1/nodes", body=body, ctype=JSON)
 
 
 def gpu_device(minor: int, uuid: str) -> dict:

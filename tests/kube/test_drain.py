@@ -16,36 +16,13 @@ from kubernetes.client.exceptions import ApiException
 from gpustack.k8s.cluster.connect import connect
 from gpustack.k8s.cluster.upgrade import MIRROR_ANNOTATION, KubernetesBackend
 from gpustack.upgrade.backend import StepFailed, StepOptions
+from gpustack.upgrade.executors import RealClock
 from tests.conftest import wait_until
-from tests.kube.conftest import KWOK_NODE_ANNOTATION
+from tests.kube.stand_ins import kwok_node
 
 pytestmark = pytest.mark.kube
 
 GPU = "nvidia.com/gpu"
-
-
-class RealClock:
-    def now(self) -> float:
-        return time.monotonic()
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
-
-
-def kwok_node(cluster, name: str, gpus: int, unschedulable: bool = False) -> None:
-    resources = {"cpu": "32", "memory": "256Gi", "pods": "110", GPU: str(gpus)}
-    body = {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": name,
-            "annotations": {KWOK_NODE_ANNOTATION: "fake"},
-            "labels": {"kubernetes.io/hostname": name, "type": "kwok"},
-        },
-        "spec": {"unschedulable": unschedulable},
-        "status": {"capacity": resources, "allocatable": resources},
-    }
-    cluster.raw("POST", "/api/v1/nodes", body=body, ctype="application/json")
 
 
 def running_pods(cluster, namespace: str) -> list[dict]:

@@ -35,7 +35,8 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from gpustack.k8s.cluster import flow
-from tests.cluster.helpers import gpu_facts, inventory, run_result, uuids_for
+from gpustack.upgrade.executors import RealClock
+from tests.builders import gpu_facts, inventory, run_result, uuids_for
 from tests.conftest import wait_until
 from tests.kube.conftest import KWOK_NODE_ANNOTATION
 from tests.kube.operand_stand_ins import (
@@ -85,14 +86,6 @@ MODES = {
                   "nvidia.com/mig-3g.40gb: 3, nvidia.com/mig-7g.80gb: 1",
                   "nvidia.com/mig-1g.10gb", "1g.10gb", "none", 1),
 }  # fmt: skip
-
-
-class RealClock:
-    def now(self) -> float:
-        return time.monotonic()
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
 
 
 class Scratch:

@@ -12,25 +12,16 @@ the host facts are SIMULATED (tests/cluster/helpers.py).
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from gpustack.k8s.cluster import flow
-from tests.cluster.helpers import gpu_facts, inventory, run_result, smi_output, uuids_for
+from gpustack.upgrade.executors import RealClock
+from tests.builders import gpu_facts, inventory, run_result, smi_output, uuids_for
 from tests.kube.stand_ins import Outcome, VerificationPods, kwok_node
 
 pytestmark = pytest.mark.kube
 
 MANAGED = "app.kubernetes.io/managed-by=gpustack"
-
-
-class RealClock:
-    def now(self) -> float:
-        return time.monotonic()
-
-    def sleep(self, seconds: float) -> None:
-        time.sleep(seconds)
 
 
 def session_for(kubeconfig, hosts, namespace):

@@ -42,15 +42,15 @@ from gpustack.k8s.cluster.status import DEVICE_PLUGIN_SELECTOR
 from gpustack.k8s.cluster.upgrade import KubernetesBackend
 from gpustack.k8s.manifests import ClusterConfig, node_labels, render
 from gpustack.upgrade.backend import StepOptions
-from tests.cluster.helpers import gpu_facts, inventory, run_result, uuids_for
+from tests.builders import gpu_facts, inventory, run_result, uuids_for
 from tests.conftest import wait_until
-from tests.kube.conftest import KWOK_NODE_ANNOTATION
 from tests.kube.mig_stand_ins import (
     DevicePlugin,
     FixtureMigApplier,
     MigVerificationPods,
     fixture_gpus,
 )
+from tests.kube.stand_ins import kwok_node, node_ready
 from tests.unit.mig_local import FixtureNode
 
 pytestmark = pytest.mark.kube
@@ -63,19 +63,11 @@ H100 = "NVIDIA H100 80GB HBM3"
 WAIT = 20  # seconds for what kwok and the controllers do (milliseconds to ~1 s when idle)
 
 
-def kwok_node(cluster: Cluster, name: str) -> None:
-    """A kwok node with no GPU resource: the `DevicePlugin` stand-in writes them."""
-    resources = {"cpu": "32", "memory": "256Gi", "pods": "110"}
-    cluster.raw("POST", "/api/v1/nodes", ctype=JSON, body={
-        "metadata": {"name": name, "annotations": {KWOK_NODE_ANNOTATION: "fake"},
-                     "labels": {"kubernetes.io/hostname": name}},
-        "status": {"capacity": resources, "allocatable": resources}})  # fmt: skip
-
-    def ready():
-        conditions = cluster.get(f"/api/v1/nodes/{name}", "read node")["status"].get("conditions")
-        return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions or [])
-
-    wait_until(ready, f"kwok to make {name} Ready", WAIT, 0.05)
+def ready_kwok_node(cluster: Cluster, name: str) -> None:
+    """A kwok node with no GPU resource (the `DevicePlugin` stand-in writes them), once Ready."""
+    kwok_node(cluster, name)
+    wait_until(lambda: node_ready(cluster.get(f"/api/v1/nodes/{name}", "read node")),
+               f"kwok to make {name} Ready", WAIT, 0.05)  # fmt: skip
 
 
 def install_operands(cluster: Cluster, node: str, extravars: dict) -> ClusterConfig:
@@ -161,7 +153,7 @@ def mig_node_on(kubeconfig: Path, unique: str, tmp_path: Path, **settings):
     """A kwok node with one fixture "H100 80GB" (MIG off) and gpustack's k8s side (mixed)."""
     cluster = connect(str(kubeconfig))
     name, namespace = f"gpu-{unique}", f"gs-{unique}"
-    kwok_node(cluster, name)
+    ready_kwok_node(cluster, name)
     fixture = FixtureNode(tmp_path / "host", ["H100-SXM5-80GB"])
     plugin = DevicePlugin(str(kubeconfig), name, namespace, lambda: fixture_gpus(fixture)).start()
     try:
@@ -482,7 +474,7 @@ def test_verification_fails_when_the_advertised_mig_devices_differ_from_the_layo
     assert fact["state"] == "success"
     cluster = connect(str(kubeconfig))
     name, namespace = f"gpu-{unique}", f"gs-{unique}"
-    kwok_node(cluster, name)
+    ready_kwok_node(cluster, name)
     plugin = DevicePlugin(str(kubeconfig), name, namespace, lambda: [(True, ["1g.10gb"] * 3)])
     plugin.start()
     try:
@@ -523,7 +515,7 @@ def installed_with_layout(kubeconfig, unique, tmp_path, layout, extravars=None):
     assert fact["state"] == "success"
     cluster = connect(str(kubeconfig))
     name, namespace = f"gpu-{unique}", f"gs-{unique}"
-    kwok_node(cluster, name)
+    ready_kwok_node(cluster, name)
     plugin = DevicePlugin(str(kubeconfig), name, namespace, lambda: fixture_gpus(fixture)).start()
     facts = {name: {**gpu_facts(name, 1), "gpustack_mig": fact}}
     pods = MigVerificationPods(cluster, tmp_path, name, uuids_for(name, 1)[0], H100,

@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpustack.k8s.cluster import flow
 from gpustack.k8s.manifests import ClusterConfig, node_labels
-from tests.cluster.helpers import gpu_facts, inventory, run_result
+from tests.builders import gpu_facts, inventory, run_result
 from tests.kube.stand_ins import VerificationPods, kwok_node
 from tests.kube.test_verify_flow import (
     MINIMUM,

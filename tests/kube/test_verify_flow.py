@@ -40,7 +40,7 @@ from kubernetes.client.exceptions import ApiException
 from gpustack.k8s.cluster import flow
 from gpustack.k8s.cluster.pods import RUN_LABEL
 from gpustack.k8s.manifests import METRICS_PORT
-from tests.cluster.helpers import (
+from tests.builders import (
     gpu_facts,
     inventory,
     no_gpu_facts,
