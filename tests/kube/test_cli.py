@@ -25,7 +25,7 @@ pytestmark = pytest.mark.kube
 
 MANAGED = "app.kubernetes.io/managed-by=gpustack"
 RUNTIME_CLASSES = "/apis/node.k8s.io/v1/runtimeclasses"
-TIMEOUTS = ("-e", "gpustack_k8s_daemonset_timeout=10", "-e", "gpustack_k8s_capacity_timeout=10",
+TIMEOUTS = ("-e", "gpustack_k8s_daemonset_timeout=30", "-e", "gpustack_k8s_capacity_timeout=10",
             "-e", "gpustack_k8s_verify_timeout=10")  # fmt: skip
 
 

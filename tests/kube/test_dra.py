@@ -59,7 +59,7 @@ JSON = "application/json"
 MERGE = "application/merge-patch+json"
 PLUGIN_DS = "nvidia-dra-driver-gpu-kubelet-plugin"
 # short waits: kwok and the controllers act within a second or two
-FAST = {"gpustack_k8s_daemonset_timeout": 20, "gpustack_k8s_capacity_timeout": 10,
+FAST = {"gpustack_k8s_daemonset_timeout": 30, "gpustack_k8s_capacity_timeout": 10,
         "gpustack_k8s_verify_timeout": 20}  # fmt: skip
 
 

@@ -58,8 +58,9 @@ JSON = "application/json"
 MANAGED = "app.kubernetes.io/managed-by=gpustack"
 GFD_SELECTOR = "app.kubernetes.io/name=gpu-feature-discovery"
 FEATURES_D = "/etc/kubernetes/node-feature-discovery/features.d"
-TIMEOUTS = {  # gpustack's minimum (gpustack/k8s/manifests_config.py): nothing here waits longer
-    "gpustack_k8s_daemonset_timeout": 10,
+TIMEOUTS = {  # gpustack's minimum (gpustack/k8s/manifests_config.py), but for the operands'
+    # wait: a node's pod must be Ready for 5 s of it, which a loaded CI machine took over 10 s for
+    "gpustack_k8s_daemonset_timeout": 30,
     "gpustack_k8s_capacity_timeout": 10,
     "gpustack_k8s_verify_timeout": 10,
 }
