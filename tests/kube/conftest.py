@@ -85,6 +85,22 @@ class Kube:
         return [e for e in events if e.get("stage") == "ResponseComplete"]
 
 
+def gpustack_requests(events: list[dict]) -> list[tuple[str, str]]:
+    """(verb, URI) of gpustack's own requests in audit events: kwok's and the stand-ins' are
+    left out."""
+    return [
+        (e["verb"], e["requestURI"])
+        for e in events
+        if e["user"]["username"] == "kubernetes-admin"
+        and not e.get("userAgent", "").startswith("kwok")
+    ]
+
+
+def gpustack_calls(events: list[dict]) -> list[tuple[str, str]]:
+    """(verb, path) of gpustack's own requests."""
+    return [(verb, uri.split("?")[0]) for verb, uri in gpustack_requests(events)]
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

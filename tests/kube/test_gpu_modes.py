@@ -38,7 +38,7 @@ from gpustack.k8s.cluster import flow
 from gpustack.upgrade.executors import RealClock
 from tests.builders import gpu_facts, inventory, run_result, uuids_for
 from tests.conftest import wait_until
-from tests.kube.conftest import KWOK_NODE_ANNOTATION
+from tests.kube.conftest import KWOK_NODE_ANNOTATION, gpustack_calls
 from tests.kube.operand_stand_ins import (
     NFD_API,
     NODE_NAME_LABEL,
@@ -170,16 +170,6 @@ def session_for(kubeconfig, hosts, namespace, extravars=None):
 def checks(report, node):
     found = next(n for n in report.nodes if n.host == node)
     return {c.name: (c.status, c.message) for c in found.checks}
-
-
-def gpustack_calls(events: list[dict]) -> list[tuple[str, str]]:
-    """(verb, path) of gpustack's own requests: kwok's and the stand-ins' are left out."""
-    return [
-        (e["verb"], e["requestURI"].split("?")[0])
-        for e in events
-        if e["user"]["username"] == "kubernetes-admin"
-        and not e.get("userAgent", "").startswith("kwok")
-    ]
 
 
 def mig_uuid(gpu: str) -> str:

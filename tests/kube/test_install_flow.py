@@ -17,6 +17,7 @@ import pytest
 from gpustack.k8s.cluster import flow
 from gpustack.upgrade.executors import RealClock
 from tests.builders import gpu_facts, inventory, run_result, smi_output, uuids_for
+from tests.kube.conftest import gpustack_calls, gpustack_requests
 from tests.kube.stand_ins import Outcome, VerificationPods, kwok_node
 
 pytestmark = pytest.mark.kube
@@ -28,21 +29,6 @@ def session_for(kubeconfig, hosts, namespace):
     return flow.prepare(
         str(kubeconfig), inventory(kubeconfig.parent, hosts), {"gpustack_k8s_namespace": namespace}
     )
-
-
-def gpustack_requests(events: list[dict]) -> list[tuple[str, str]]:
-    """(verb, URI) of gpustack's own requests: kwok's and the stand-ins' are left out."""
-    return [
-        (e["verb"], e["requestURI"])
-        for e in events
-        if e["user"]["username"] == "kubernetes-admin"
-        and not e.get("userAgent", "").startswith("kwok")
-    ]
-
-
-def gpustack_calls(events: list[dict]) -> list[tuple[str, str]]:
-    """(verb, path) of gpustack's own requests."""
-    return [(verb, uri.split("?")[0]) for verb, uri in gpustack_requests(events)]
 
 
 def test_install_applies_labels_waits_and_verifies(kube, kubeconfig, unique, tmp_path):

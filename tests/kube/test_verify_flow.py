@@ -49,7 +49,7 @@ from tests.builders import (
     uuids_for,
 )
 from tests.conftest import wait_until
-from tests.kube.conftest import KWOK_NODE_ANNOTATION
+from tests.kube.conftest import KWOK_NODE_ANNOTATION, gpustack_calls
 from tests.kube.stand_ins import DcgmExporter, Outcome, VerificationPods, non_loopback_ip
 
 pytestmark = pytest.mark.kube
@@ -121,16 +121,6 @@ def install(kubeconfig, ns, facts, hostvars=None, extravars=None, failed=(), clo
 def checks(report, host):
     node = next(n for n in report.nodes if n.host == host)
     return {c.name: (c.status, c.message) for c in node.checks}
-
-
-def gpustack_calls(events: list[dict]) -> list[tuple[str, str]]:
-    """(verb, path) of gpustack's own requests: kwok's and the stand-ins' are left out."""
-    return [
-        (e["verb"], e["requestURI"].split("?")[0])
-        for e in events
-        if e["user"]["username"] == "kubernetes-admin"
-        and not e.get("userAgent", "").startswith("kwok")
-    ]
 
 
 def verify_pods(cluster, ns) -> list[dict]:
