@@ -35,6 +35,7 @@ VERIFY_SELECTOR = "gpustack.io/verify=true"
 SINCE = "2026-01-01T00:00:00Z"
 READY = [{"type": "Ready", "status": "True", "lastTransitionTime": SINCE}]
 CLUSTER_LOGS = "/apis/kwok.x-k8s.io/v1alpha1/clusterlogs"
+LOG_WAIT_S = 30
 
 
 def gpu_node_with_plugin_pod(cluster, name: str, namespace: str, node_labels: dict,
@@ -128,13 +129,19 @@ def end_verification_pod(cluster, directory: Path, pod: dict, outcome: Outcome) 
         "spec": {"selector": {"matchNamespaces": [ns], "matchNames": [name]},
                  "logs": [{"logsFile": str(path)}]}})  # fmt: skip
     log_path = f"/api/v1/namespaces/{ns}/pods/{name}/log"
-    deadline = time.monotonic() + 10
-    while True:  # kwok reads ClusterLogs through its own watch: until it serves this one
-        with contextlib.suppress(ApiException):
-            if cluster.raw("GET", log_path) == outcome.output:
-                break
+    # kwok reads ClusterLogs through its own watch, which a loaded machine (CI: 2 cores, two
+    # control planes) can hold back for more than 10 s: wait as long as the flows' own waits
+    deadline, answer = time.monotonic() + LOG_WAIT_S, None
+    while True:
+        try:
+            answer = cluster.raw("GET", log_path)
+        except ApiException as exc:
+            answer = f"HTTP {exc.status}: {exc.body or exc.reason}"
+        if answer == outcome.output:
+            break
         if time.monotonic() > deadline:
-            raise AssertionError(f"kwok never served the log of {ns}/{name}")
+            raise AssertionError(f"kwok never served the log of {ns}/{name} in {LOG_WAIT_S} s;"
+                                 f" the API server's last answer: {answer!r:.300}")
         time.sleep(0.05)
     finish_pod(cluster, ns, name, outcome.exit_code)
 
