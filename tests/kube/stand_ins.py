@@ -140,8 +140,10 @@ def end_verification_pod(cluster, directory: Path, pod: dict, outcome: Outcome) 
         if answer == outcome.output:
             break
         if time.monotonic() > deadline:
-            raise AssertionError(f"kwok never served the log of {ns}/{name} in {LOG_WAIT_S} s;"
-                                 f" the API server's last answer: {answer!r:.300}")
+            raise AssertionError(
+                f"kwok never served the log of {ns}/{name} in {LOG_WAIT_S} s;"
+                f" the API server's last answer: {answer!r:.300}"
+            )
         time.sleep(0.05)
     finish_pod(cluster, ns, name, outcome.exit_code)
 
