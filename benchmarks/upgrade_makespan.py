@@ -89,6 +89,12 @@ class SimulatedFleet:
     def drain(self, name, clock, opts):
         return ""
 
+    def pause_gpu_clients(self, name, clock, opts):
+        return ""
+
+    def resume_gpu_clients(self, name):
+        return ""
+
     def validate(self, name, clock, opts):
         clock.sleep(VALIDATE_S)
         return "validated"

@@ -320,6 +320,11 @@ def kubernetes_drift(gpu_count: int, k8s: dict[str, Any] | None) -> list[str]:
             out.append("nvidia.com/gpu not allocatable on the Kubernetes node")
         if k8s.get("device_plugin_ready") is not True:
             out.append("device plugin pod not ready on the Kubernetes node")
+    reasons: dict[str, list[str]] = {}
+    for component, why in sorted((k8s.get("paused_clients") or {}).items()):
+        reasons.setdefault(why, []).append(component)
+    for why, components in sorted(reasons.items()):  # a run in progress, or one interrupted
+        out.append(f"GPU clients paused for {why}: {', '.join(components)}")
     return out
 
 

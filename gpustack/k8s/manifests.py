@@ -51,6 +51,10 @@ POD_SECURITY_LABELS = {
     f"pod-security.kubernetes.io/{mode}": "privileged" for mode in ("enforce", "audit", "warn")
 }
 GPU_TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+# the taint a cordoned node has for the scheduler (DaemonSet pods get this toleration by default)
+UNSCHEDULABLE_TOLERATIONS = [
+    {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"}
+]
 
 # Operands gated per node by `nvidia.com/gpu.deploy.<operand>` (GPU Operator's labels);
 # dra-driver is gpustack's label for NVIDIA's DRA kubelet plugin (gpu_allocation=dra).
@@ -363,7 +367,7 @@ def render_verify_claim_template(
 
 
 def render_dra_verify_pod(
-    config: ClusterConfig, *, node_name: str, name: str, claim_template: str
+    config: ClusterConfig, *, node_name: str, name: str, claim_template: str, cordoned=False
 ) -> dict[str, Any]:
     """A pod that gets one GPU from a ResourceClaimTemplate and runs `nvidia-smi -L`.
 
@@ -372,6 +376,8 @@ def render_dra_verify_pod(
     with required node affinity on metadata.name instead. No runtimeClassName: the DRA driver
     injects the device through CDI, and the nvidia runtime would also honour the CUDA image's
     NVIDIA_VISIBLE_DEVICES=all and show every GPU (as upstream's demo pods, which set none).
+    `cordoned`: the node is cordoned (an upgrade validates it before uncordoning it), so the pod
+    tolerates the taint the scheduler gives unschedulable nodes, as DaemonSet pods do.
     """
     if len(name) > 253 or not _POD_NAME.match(name):
         raise ValueError(f"{name!r} is not a valid pod name")
@@ -381,7 +387,7 @@ def render_dra_verify_pod(
         name=name,
         node_name=node_name,
         labels={**COMMON_LABELS, VERIFY_LABEL: "true", "gpustack.io/verify-kind": "nvidia-smi"},
-        tolerations=GPU_TOLERATIONS,
+        tolerations=GPU_TOLERATIONS + (UNSCHEDULABLE_TOLERATIONS if cordoned else []),
         image=config.image("verify"),
         command=["nvidia-smi", "-L"],
         claim_template=claim_template,
@@ -394,7 +400,8 @@ def node_labels(
     """The label patch for one node, from its `gpustack_preflight` facts.
 
     Only keys that change are returned; a value of None removes the label (merge patch).
-    A label the user set to "false" is never overwritten, and
+    A label the user set to "false" is never overwritten, one paused by `upgrade` or `mig`
+    (`paused-for-...`) is left to the run that paused it, and
     `nvidia.com/gpu.deploy.operands=false` keeps every operand off the node.
     GPU nodes get `gpu.present=true` and a `gpu.deploy.<operand>=true` for every enabled
     operand (plus `nvidia.com/mps.capable=true` while MPS is on); `device-plugin` or
@@ -430,7 +437,9 @@ def node_labels(
     return {
         key: value
         for key, value in wanted.items()
-        if existing.get(key) != "false" and existing.get(key) != value
+        if existing.get(key) != "false"
+        and existing.get(key) != value
+        and not str(existing.get(key, "")).startswith("paused-for-")  # upgrade or mig resumes it
     }
 
 

@@ -83,6 +83,10 @@ class NodeBackend(Protocol):
 
     def drain(self, name: str, clock: Clock, opts: StepOptions) -> str: ...
 
+    def pause_gpu_clients(self, name: str, clock: Clock, opts: StepOptions) -> str: ...
+
+    def resume_gpu_clients(self, name: str) -> str: ...
+
     def validate(self, name: str, clock: Clock, opts: StepOptions) -> str: ...
 
     def uncordon(self, name: str, clock: Clock, opts: StepOptions) -> str: ...
@@ -115,6 +119,12 @@ class HostOnlyBackend:
 
     def drain(self, name: str, clock: Clock, opts: StepOptions) -> str:
         return NO_K8S.format("drain")
+
+    def pause_gpu_clients(self, name: str, clock: Clock, opts: StepOptions) -> str:
+        return NO_K8S.format("pause")
+
+    def resume_gpu_clients(self, name: str) -> str:
+        return ""
 
     def validate(self, name: str, clock: Clock, opts: StepOptions) -> str:
         return "host checks only (no Kubernetes)"

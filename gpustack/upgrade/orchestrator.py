@@ -354,10 +354,22 @@ class Orchestrator:
         raise StepFailed(f"no step for state {state}")
 
     def _upgrade_host(self, name: str, clock: Clock) -> str:
-        self.activity[name] = "driver role"
-        outcome = self.upgrade_host(name, self.abort.is_set, clock)
-        if outcome.canceled:
-            raise Interrupted()
+        """The driver role between a pause and a resume of the node's GPU clients (their pods
+        hold the GPUs, so the driver could not be reloaded): resumed whatever the role gave, as
+        NVIDIA's driver manager does, unless the run is interrupted (a resumed run resumes
+        them)."""
+        interrupted = False
+        try:
+            paused = self.backend.pause_gpu_clients(name, clock, self.policy.steps)
+            self.activity[name] = "driver role"
+            outcome = self.upgrade_host(name, self.abort.is_set, clock)
+            if outcome.canceled:
+                raise Interrupted()
+        except Interrupted:
+            interrupted = True
+            raise
+        finally:
+            resumed = "" if interrupted else self.backend.resume_gpu_clients(name)
         with self.lock:
             record = self.run.nodes[name]
             record.artifacts = outcome.artifacts
@@ -367,7 +379,10 @@ class Orchestrator:
                 }
         if not outcome.ok:
             raise StepFailed(f"driver role: {outcome.reason}")
-        return f"driver role ran; {record.driver.get('state', '')}"
+        return "; ".join(
+            part for part in (paused, f"driver role ran; {record.driver.get('state', '')}",
+                              resumed) if part
+        )  # fmt: skip
 
     def _move(
         self, name: str, to: UpgradeState, clock: Clock, note: str = "", reason: str = ""

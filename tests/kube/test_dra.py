@@ -47,10 +47,18 @@ from gpustack.fleet.status import kubernetes_drift
 from gpustack.k8s.cluster import apply, flow
 from gpustack.k8s.cluster import status as cluster_status
 from gpustack.k8s.cluster.connect import connect
+from gpustack.k8s.cluster.upgrade import KubernetesBackend
 from gpustack.k8s.manifests import DRA_DRIVER, DRA_SERVICE_ACCOUNT, ClusterConfig, render
+from gpustack.upgrade.backend import StepOptions
+from gpustack.upgrade.executors import ThreadExecutor
+from gpustack.upgrade.orchestrator import Orchestrator, RolloutPolicy
+from gpustack.upgrade.planner import Limits
+from gpustack.upgrade.session import open_run
+from gpustack.upgrade.state import MemoryStateStore, Target
 from tests.builders import gpu_facts, inventory, run_result, smi_output, uuids_for
 from tests.conftest import wait_until
 from tests.kube.stand_ins import Outcome, end_verification_pod, kwok_node
+from tests.upgrade_doubles import NEW, FakeHostUpgrader
 
 pytestmark = pytest.mark.kube
 
@@ -719,3 +727,100 @@ def test_claims_are_allocated_from_free_devices_only(cluster, device_classes, un
     cluster.raw("DELETE", f"{pods}/first")  # kwok finishes the deletion; the claim goes (GC)
     wait_until(lambda: cluster.raw("GET", f"{pods}/second")["spec"].get("nodeName") == host,
                what="second scheduled on the freed GPU", timeout=30)  # fmt: skip
+
+
+# -- a rolling driver upgrade of a DRA node ---------------------------------------------------
+
+
+def test_an_upgrade_evicts_dra_workloads_pauses_the_kubelet_plugin_last_and_validates_slices(
+    cluster, plugin, kubeconfig, unique, kube
+):
+    """A driver upgrade of a node whose GPUs come from DRA: the workload holding a GPU through a
+    ResourceClaim (allocated by the real scheduler) is a GPU pod and is evicted (the GPU
+    Operator's gpuPodSpecFilter counts NVIDIA claims); the GPU clients are paused, the DRA
+    kubelet plugin last (NVIDIA's driver manager `evictKubeletPlugin`: it unprepares the
+    others' claims); validation waits for the node's ResourceSlices, not for an allocatable
+    nvidia.com/gpu that DRA never advertises, and its verification pod gets a claim on the
+    cordoned node. STAND-INS: the plugin's slices (PluginPublishes: withdrawn while its pod is
+    gone, published again when it is back), the verification container (VerifyPodExits), the
+    host's driver role (FakeHostUpgrader)."""
+    host, work = f"gpu-up-{unique}", f"work-{unique}"
+    facts, published = gpu_nodes(cluster, {host: 2})
+    session = session_for(kubeconfig, unique, [host])
+    ns = session.config.namespace
+    namespace(cluster, work)
+    wait_until(lambda: items(cluster, f"/api/v1/namespaces/{work}/serviceaccounts"),
+               what="ServiceAccount default", timeout=30, interval=0.1)  # fmt: skip
+    claim_template(cluster, work, "one-gpu")
+    pod = workload("train", "one-gpu", on=host)
+    replicaset = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "train"},
+                  "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "train"}},
+                           "template": {"metadata": {"labels": {"app": "train"}},
+                                        "spec": {**pod["spec"], "restartPolicy": "Always"}}}}  # fmt: skip
+    inv = inventory(kubeconfig.parent, [host], gpustack_k8s_namespace=ns,
+                    gpustack_k8s_gpu_allocation="dra")  # fmt: skip
+
+    def running_workload() -> list[dict]:
+        return [p for p in items(cluster, f"/api/v1/namespaces/{work}/pods")
+                if p["status"].get("phase") == "Running"
+                and not p["metadata"].get("deletionTimestamp")]  # fmt: skip
+
+    seen: dict[str, object] = {}
+
+    def driver_role(name):  # what is on the node while the driver would be reloaded
+        on_node = [p for p in items(cluster, "/api/v1/pods")
+                   if p["spec"].get("nodeName") == name
+                   and p["status"].get("phase") not in ("Succeeded", "Failed")]  # fmt: skip
+        seen["pods"] = sorted(p["metadata"]["name"].rsplit("-", 1)[0] for p in on_node)
+
+    with PluginPublishes(cluster, plugin, ns, published), \
+            VerifyPodExits(cluster, ns, kubeconfig.parent) as verify:  # fmt: skip
+        report = flow.install(session, run_result(facts))
+        assert report.passed, [n.to_dict() for n in report.nodes]
+        cluster.raw("POST", f"/apis/apps/v1/namespaces/{work}/replicasets", body=replicaset,
+                    ctype=JSON)  # fmt: skip
+        (train,) = wait_until(running_workload, what="the workload Running with its claim",
+                              timeout=30, interval=0.1)  # fmt: skip
+        claim = train["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
+        allocated = cluster.raw("GET", f"{RES}/namespaces/{work}/resourceclaims/{claim}")
+        assert allocated["status"]["allocation"]["devices"]["results"][0]["pool"] == host
+        before = set(verify.claims)
+
+        backend = KubernetesBackend.from_kubeconfig(str(kubeconfig), inv, {})
+        assert backend.dra and backend.config is not None
+        run = open_run(None, inventory=inv.path, target=Target(version=NEW), hosts=[host],
+                       mode="kubernetes", resume=False, state_file=None)  # fmt: skip
+        backend.record_state(host, "upgrade-required")
+        mark = kube.audit_mark()
+        policy = RolloutPolicy(limits=Limits(1, 1),
+                               steps=StepOptions(poll=0.05, validation_timeout=30))  # fmt: skip
+        result = Orchestrator(run, [host], MemoryStateStore(run), backend,
+                              FakeHostUpgrader(before=driver_role), policy,
+                              ThreadExecutor(1, poll=0.01)).execute()  # fmt: skip
+        backend.cluster.close()
+
+    assert result.status == "done", run.nodes[host].reason
+    notes = {t.to_state: t.note for t in run.history}
+    assert notes["drain-required"] == "evicted 1 GPU pod(s)"
+    # nothing of gpustack's and no workload was left on the node
+    assert seen == {"pods": []}, seen
+    assert notes["validation-required"].startswith(
+        "paused GPU clients (dcgm-exporter, dra-driver, gpu-feature-discovery); driver role ran"
+    ), notes
+    assert notes["uncordon-required"] == (
+        f"driver {NEW} held; node Ready, 2 GPU(s) in ResourceSlices of {DRA_DRIVER}; "
+        "verification pod succeeded"
+    ), notes
+    assert len(set(verify.claims) - before) == 1, "one verification pod, with a claim"
+    # the kubelet plugin's label was paused on its own, after the other clients'
+    uri = f"/api/v1/nodes/{host}?"
+    paused = [sorted(k.rsplit(".", 1)[-1] for k, v in labels.items()
+                     if v == "paused-for-driver-upgrade")
+              for labels in ((e["requestObject"].get("metadata") or {}).get("labels") or {}
+                             for e in kube.audit_events(mark)
+                             if e["verb"] == "patch" and e["requestURI"].startswith(uri))]  # fmt: skip
+    assert [p for p in paused if p] == [["dcgm-exporter", "gpu-feature-discovery"],
+                                        ["dra-driver"]], paused  # fmt: skip
+    labels = cluster.raw("GET", f"/api/v1/nodes/{host}")["metadata"]["labels"]
+    assert labels["nvidia.com/gpu.deploy.dra-driver"] == "true"
+    assert labels["nvidia.com/gpu-driver-upgrade-state"] == "upgrade-done"

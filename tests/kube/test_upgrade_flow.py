@@ -28,9 +28,11 @@ from pathlib import Path
 
 import pytest
 
+from gpustack.k8s.cluster import apply
 from gpustack.k8s.cluster import pods as cluster_pods
 from gpustack.k8s.cluster.connect import Cluster, connect
 from gpustack.k8s.cluster.upgrade import ADMIN_ANNOTATION, REASON_ANNOTATION, KubernetesBackend
+from gpustack.k8s.manifests import ClusterConfig, node_labels, render
 from gpustack.upgrade.backend import StepOptions
 from gpustack.upgrade.command import UpgradeOptions, run_upgrade
 from gpustack.upgrade.executors import ThreadExecutor
@@ -38,7 +40,7 @@ from gpustack.upgrade.orchestrator import Orchestrator, RolloutPolicy
 from gpustack.upgrade.planner import Limits, resolve_max_unavailable
 from gpustack.upgrade.session import open_run
 from gpustack.upgrade.state import SKIP_LABEL, STATE_LABEL, MemoryStateStore, Target
-from tests.builders import inventory
+from tests.builders import gpu_facts, inventory
 from tests.conftest import wait_until
 from tests.kube.stand_ins import (
     VERIFY_SELECTOR,
@@ -461,3 +463,60 @@ def test_cli_run_fails_then_resumes_from_labels_and_keeps_admin_cordon(fleet, st
     )
     assert fleet.cluster.raw("GET", f"/api/v1/namespaces/{fleet.gpustack_ns}/pods",
                              [("labelSelector", VERIFY_SELECTOR)])["items"] == []  # fmt: skip
+
+
+def test_the_gpu_clients_are_paused_while_the_driver_reloads_and_resumed_after(fleet):
+    """gpustack's own operands (rendered and applied by gpustack: device plugin, GFD,
+    dcgm-exporter) run on the node with the labels install gives it. While the driver role runs,
+    none of their pods may be left on the node, as NVIDIA's driver manager ensures (their
+    `gpu.deploy.*` labels turn paused-for-driver-upgrade, the real DaemonSet controller deletes
+    the pods, kwok removes them); afterwards the labels are as they were and the pods are back.
+    STAND-IN: kwok's pods hold no GPU; what is checked is that none is left to hold one."""
+    hosts = gpu_fleet(fleet, 1)
+    host = hosts[0]
+    config = ClusterConfig(namespace=fleet.gpustack_ns,
+                           runtime_class=fleet.group_vars["gpustack_k8s_runtime_class"])  # fmt: skip
+    apply.apply_objects(fleet.cluster, render(config))
+    before = fleet.labels(host)
+    admin_patch(fleet, host, {"metadata": {"labels": node_labels(
+        gpu_facts(host, 8)["gpustack_preflight"], before, config)}})  # fmt: skip
+    labelled = fleet.labels(host)
+    clients = {k: v for k, v in labelled.items() if k.startswith("nvidia.com/gpu.deploy.")}
+    assert set(clients) == {f"nvidia.com/gpu.deploy.{c}" for c in
+                            ("device-plugin", "gpu-feature-discovery", "dcgm-exporter")}  # fmt: skip
+
+    def client_pods() -> list[str]:
+        return sorted(p["metadata"]["name"] for p in fleet.pods(fleet.gpustack_ns)
+                      if p["spec"].get("nodeName") == host
+                      and p["status"].get("phase") not in ("Succeeded", "Failed"))  # fmt: skip
+
+    def running() -> list[str]:
+        return [p["metadata"]["name"] for p in fleet.pods(fleet.gpustack_ns)
+                if p["spec"].get("nodeName") == host and p["status"].get("phase") == "Running"
+                and not p["metadata"].get("deletionTimestamp")]  # fmt: skip
+
+    wait_until(lambda: len(running()) == 3, what="the three operands Running on the node",
+               timeout=30, interval=0.1)  # fmt: skip
+    seen_by_driver_role: dict[str, object] = {}
+
+    def driver_role(name):  # what the host would have had open while the module is reloaded
+        seen_by_driver_role["pods"] = client_pods()
+        seen_by_driver_role["labels"] = {
+            k: v for k, v in fleet.labels(name).items() if k in clients
+        }
+
+    result, run, _ = rollout(fleet, hosts, FakeHostUpgrader(before=driver_role),
+                             max_unavailable="1")  # fmt: skip
+    assert result.status == "done", run.nodes[host].reason
+    assert seen_by_driver_role == {
+        "pods": [], "labels": dict.fromkeys(clients, "paused-for-driver-upgrade")}  # fmt: skip
+    after = fleet.labels(host)
+    assert {k: after.get(k) for k in clients} == clients
+    assert "gpustack.io/driver-upgrade-paused-clients" not in fleet.node(host)["metadata"].get(
+        "annotations", {})  # fmt: skip
+    note = next(t.note for t in run.history if t.to_state == "validation-required")
+    assert note.startswith(
+        "paused GPU clients (dcgm-exporter, device-plugin, gpu-feature-discovery); driver role ran"
+    ) and note.endswith("resumed GPU clients (3)"), note
+    wait_until(lambda: len(running()) == 3, what="the operands back on the node",
+               timeout=30, interval=0.1)  # fmt: skip

@@ -15,7 +15,10 @@ from gpustack.k8s.cluster.upgrade import (
     SKIP,
     UNMANAGED,
     KubernetesBackend,
+    claim_names,
     drain_verdict,
+    holds_nvidia_device,
+    is_gpu_pod,
 )
 from gpustack.upgrade.backend import StepFailed, StepOptions
 
@@ -157,3 +160,54 @@ def test_a_live_daemonset_and_a_mirror_pod_are_not_evicted_nor_waited_for():
     backend = KubernetesBackend(cluster, {"n": "n"})
     assert backend.evict_gpu_pods("n", Clock(), StepOptions()) == "evicted 1 GPU pod(s)"
     assert cluster.evicted == ["web"]
+
+
+# -- GPU pods through DRA: NVIDIA/gpu-operator@a22dbf67 cmd/gpu-operator/main.go gpuPodSpecFilter
+
+
+def claimed(driver="gpu.nvidia.com", admin=False) -> dict:
+    result = {"request": "gpu", "driver": driver, "pool": "n1", "device": "gpu-0"}
+    if admin:
+        result["adminAccess"] = True
+    return {"status": {"allocation": {"devices": {"results": [result]}}}}
+
+
+def claim_pod(*, named=None, generated=None) -> dict:
+    """A pod with one claim: named in its spec, or generated from a template (status)."""
+    entry = {"name": "gpu"}
+    if named:
+        entry["resourceClaimName"] = named
+    else:
+        entry["resourceClaimTemplateName"] = "tpl"
+    status = {"phase": "Running"}
+    if generated:
+        status["resourceClaimStatuses"] = [{"name": "gpu", "resourceClaimName": generated}]
+    return {"metadata": {"name": "w", "namespace": "ns"},
+            "spec": {"resourceClaims": [entry], "containers": [{"name": "c"}]}, "status": status}  # fmt: skip
+
+
+def test_claim_names_come_from_the_spec_or_the_status_and_a_claim_not_generated_yet_has_none():
+    assert claim_names(claim_pod(named="mine")) == ["mine"]
+    assert claim_names(claim_pod(generated="w-gpu-x7k2p")) == ["w-gpu-x7k2p"]
+    assert claim_names(claim_pod()) == []
+    assert claim_names({"spec": GPU}) == []
+
+
+@pytest.mark.parametrize(
+    ("claim", "expected"),
+    [
+        (claimed(), True),
+        (claimed(driver="gpu.example.com"), False),  # another driver's device
+        (claimed(admin=True), False),  # admin access: monitoring, not a workload's GPU
+        ({"status": {}}, False),  # not allocated
+        (None, True),  # unreadable: counted, as upstream counts it
+    ],
+)
+def test_a_pod_holding_an_nvidia_dra_device_is_a_gpu_pod(claim, expected):
+    pod_ = claim_pod(generated="c1")
+    assert holds_nvidia_device(claim) is expected
+    assert is_gpu_pod(pod_, {"c1": claim}) is expected
+
+
+def test_a_device_plugin_gpu_pod_needs_no_claim():
+    assert is_gpu_pod({"spec": GPU}) and not is_gpu_pod({"spec": {"containers": [{}]}})

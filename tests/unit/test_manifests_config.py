@@ -189,6 +189,12 @@ def test_a_user_set_false_is_never_overwritten():
     assert node_labels(NO_GPU_FACTS, existing, ClusterConfig()) == {}
 
 
+def test_a_label_paused_by_an_upgrade_or_mig_change_is_left_to_that_run():
+    existing = {**ALL_ON, "nvidia.com/gpu.deploy.device-plugin": "paused-for-driver-upgrade",
+                "nvidia.com/gpu.deploy.gpu-feature-discovery": "paused-for-mig-change"}  # fmt: skip
+    assert node_labels(GPU_FACTS, existing, ClusterConfig()) == {}
+
+
 def test_deploy_operands_false_keeps_every_operand_off():
     patch = node_labels(GPU_FACTS, {"nvidia.com/gpu.deploy.operands": "false"}, ClusterConfig())
     assert patch == {"nvidia.com/gpu.present": "true"}

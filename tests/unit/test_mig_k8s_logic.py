@@ -4,7 +4,8 @@ advertise for it (k8s-device-plugin's rules), drift, and which client labels are
 import pytest
 
 from gpustack.fleet.mig import derive_strategy, expected_resources, node_strategy, resource_drift
-from gpustack.k8s.cluster.mig import PAUSED, paused_values
+from gpustack.k8s.cluster.mig import PAUSED
+from gpustack.k8s.cluster.pause import paused_clients, paused_values
 
 
 def gpu(desired=None, mode="Enabled", capable=True, applied=None):
@@ -73,6 +74,17 @@ def test_paused_values_leave_forced_off_and_absent_labels_alone():
         "other": "x",
     }
     assert paused_values(labels) == {"nvidia.com/gpu.deploy.device-plugin": "true"}
+
+
+def test_the_dra_kubelet_plugin_is_a_client_and_another_reasons_pause_is_left_alone():
+    labels = {
+        "nvidia.com/gpu.deploy.dra-driver": "true",
+        "nvidia.com/gpu.deploy.dcgm-exporter": "paused-for-driver-upgrade",
+        "nvidia.com/gpu.deploy.gpu-feature-discovery": "true",
+    }
+    assert paused_values(labels) == {"nvidia.com/gpu.deploy.dra-driver": "true",
+                                     "nvidia.com/gpu.deploy.gpu-feature-discovery": "true"}  # fmt: skip
+    assert paused_clients(labels) == {"dcgm-exporter": "driver-upgrade"}
 
 
 def test_a_real_driver_s_no_mig_devices_answer_with_exit_0_reads_as_no_instances():

@@ -154,6 +154,22 @@ def test_kubernetes_columns_add_their_own_drift():
     assert fleet.node_status("n1", gpu, missing, k8s_expected=True).drift == ["no Node named 'n'"]
 
 
+def test_paused_gpu_clients_are_drift_named_by_why():
+    gpu = facts(gpus=1, loaded="535.261.03")
+    node = {"metadata": {"name": "n1", "labels": {
+        "nvidia.com/gpu.deploy.device-plugin": "paused-for-driver-upgrade",
+        "nvidia.com/gpu.deploy.dcgm-exporter": "paused-for-driver-upgrade",
+        "nvidia.com/gpu.deploy.gpu-feature-discovery": "true"}},
+        "status": {"allocatable": {"nvidia.com/gpu": "1"}}}  # fmt: skip
+    view = cluster_status.node_views({"h1": NodeMatch("h1", "n1", node)}, [])["h1"]
+    assert view["paused_clients"] == {"dcgm-exporter": "driver-upgrade",
+                                      "device-plugin": "driver-upgrade"}  # fmt: skip
+    assert fleet.node_status("n1", gpu, view, k8s_expected=True).drift == [
+        "device plugin pod not ready on the Kubernetes node",
+        "GPU clients paused for driver-upgrade: dcgm-exporter, device-plugin",
+    ]
+
+
 def test_node_views_are_pure_and_map_pods_to_nodes():
     node = {
         "metadata": {"name": "n1", "labels": {cluster_status.UPGRADE_STATE_LABEL: "upgrade-done"}},

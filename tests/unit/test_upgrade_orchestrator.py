@@ -37,13 +37,15 @@ def new_run(n: int) -> UpgradeRun:
     return run
 
 
-def orchestrate(run, upgrader, *, store=None, executor=None, **policy) -> Orchestrator:
+def orchestrate(
+    run, upgrader, *, store=None, executor=None, backend=None, **policy
+) -> Orchestrator:
     limits = Limits(policy.pop("max_unavailable", 1), policy.pop("max_parallel", 1))
     return Orchestrator(
         run,
         list(run.nodes),
         store or MemoryStateStore(run),
-        HostOnlyBackend(),
+        backend or HostOnlyBackend(),
         upgrader,
         RolloutPolicy(limits=limits, steps=StepOptions(poll=0.01), **policy),
         executor or ThreadExecutor(limits.max_parallel, poll=0.01),
@@ -263,6 +265,54 @@ def test_abort_leaves_the_node_in_its_state_for_resume():
     result = orchestrate(run, FakeHostUpgrader()).execute()
     assert result.status == "done"
     assert path_of(run, "node1")[-4:] == FULL_PATH[-4:]
+
+
+class PausingBackend(HostOnlyBackend):
+    """TEST DOUBLE: records the pause and resume of the GPU clients around the driver role."""
+
+    def __init__(self, calls: list):
+        self.calls = calls
+
+    def pause_gpu_clients(self, name, clock, opts):
+        self.calls.append(("pause", name))
+        return "paused GPU clients (device-plugin)"
+
+    def resume_gpu_clients(self, name):
+        self.calls.append(("resume", name))
+        return "resumed GPU clients (1)"
+
+
+def test_the_gpu_clients_are_paused_around_the_driver_role_and_resumed_when_it_fails():
+    calls: list = []
+    run = new_run(2)
+    upgrader = FakeHostUpgrader(fail={"node2": "apt failed"},
+                                before=lambda host: calls.append(("driver role", host)))  # fmt: skip
+    result = orchestrate(run, upgrader, backend=PausingBackend(calls)).execute()
+    assert result.status == "failed"
+    assert calls == [(step, node) for node in ("node1", "node2")
+                     for step in ("pause", "driver role", "resume")]  # fmt: skip
+    note = next(t.note for t in run.history if t.node == "node1" and t.to_state == S.VALIDATION)
+    assert note.startswith("paused GPU clients (device-plugin); driver role ran")
+    assert note.endswith("; resumed GPU clients (1)")
+    assert run.nodes["node2"].reason == "driver role: apt failed"
+
+
+def test_an_aborted_driver_role_leaves_the_clients_paused_for_the_resumed_run():
+    calls: list = []
+    run = new_run(1)
+    holder = {}
+
+    def abort_during(host):
+        holder["orch"].request_stop()
+        holder["orch"].request_stop()
+
+    orch = holder["orch"] = orchestrate(run, FakeHostUpgrader(before=abort_during, duration=5),
+                                        backend=PausingBackend(calls))  # fmt: skip
+    assert orch.execute().status == "interrupted"
+    assert calls == [("pause", "node1")]
+    result = orchestrate(run, FakeHostUpgrader(), backend=PausingBackend(calls)).execute()
+    assert result.status == "done"
+    assert calls == [("pause", "node1"), ("pause", "node1"), ("resume", "node1")]
 
 
 def test_blocked_when_unavailable_budget_is_used_up():

@@ -71,6 +71,12 @@ class SimFleet:
     def drain(self, name, clock, opts):
         return ""
 
+    def pause_gpu_clients(self, name, clock, opts):
+        return ""
+
+    def resume_gpu_clients(self, name):
+        return ""
+
     def validate(self, name, clock, opts):
         return "validated"
 

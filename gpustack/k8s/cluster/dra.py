@@ -161,8 +161,9 @@ def wait_devices(cluster, config: ClusterConfig, names, candidates, clock: Clock
     return ready
 
 
-def run_verify_pods(cluster, config: ClusterConfig, reports, ready, clock):
-    """Run the `pod` check's pods through a ResourceClaimTemplate (created and deleted here).
+def run_verify_pods(cluster, config: ClusterConfig, reports, ready, clock, cordoned=False):
+    """Run the `pod` check's pods through a ResourceClaimTemplate (created and deleted here);
+    `cordoned`: the nodes are cordoned (an upgrade's validation) and the pods tolerate it.
 
     Returns (host -> PodOutcome, host -> DeviceClass used); nodes without a free device get
     their `pod` check skipped here. verify.py judges the outcomes.
@@ -206,8 +207,9 @@ def run_verify_pods(cluster, config: ClusterConfig, reports, ready, clock):
         for host, cls in classes.items():
             node = reports[host].node
             pods[host] = render_dra_verify_pod(
-                config, node_name=node, name=pod_name("smi", node), claim_template=templates[cls]
-            )
+                config, node_name=node, name=pod_name("smi", node),
+                claim_template=templates[cls], cordoned=cordoned,
+            )  # fmt: skip
         outcomes = run_pods(cluster, pods, config.verify_timeout, clock)
     finally:
         for name in created:

@@ -4,12 +4,9 @@
 - `nvidia.com/mig.config.state` (set by gpustack) is pending, rebooting, success or failed, the
   values of NVIDIA/mig-parted@bd7160f4 `deployments/container/reconfigure-mig.sh`; the reason of
   a failure goes to the annotation `gpustack.io/mig-config-failure`;
-- the GPU clients are paused as upstream pauses them: their `nvidia.com/gpu.deploy.<component>`
-  node labels (the nodeSelectors of gpustack's DaemonSets, as of the GPU Operator's) become
-  `paused-for-mig-change` unless an admin forced them to `false`, then the DaemonSet pods on
-  the node are waited for. One difference: upstream sets a label absent before to `true` when it
-  resumes; gpustack restores the value it found (recorded in `gpustack.io/mig-paused-clients`),
-  so a node that had no operand before has none after.
+- the GPU clients are paused as upstream pauses them (gpustack/k8s/cluster/pause.py): their
+  `nvidia.com/gpu.deploy.<component>` node labels become `paused-for-mig-change`, the value
+  found is recorded in `gpustack.io/mig-paused-clients` and restored afterwards.
 
 Cordon and GPU-pod eviction are `upgrade`'s (KubernetesBackend); an admin-cordoned node stays
 cordoned. The sequence itself is pure: gpustack/fleet/mig.py.
@@ -17,12 +14,12 @@ cordoned. The sequence itself is pure: gpustack/fleet/mig.py.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 from gpustack.fleet.mig import CONFIG_LABEL, STATE_LABEL, resource_drift
 from gpustack.k8s.cluster.apply import get_daemonset
+from gpustack.k8s.cluster.pause import ClientPause
 from gpustack.k8s.cluster.upgrade import KubernetesBackend
 from gpustack.upgrade.backend import StepFailed, StepOptions
 from gpustack.upgrade.executors import Clock
@@ -31,21 +28,6 @@ REASON_ANNOTATION = "gpustack.io/mig-config-failure"
 PAUSED_ANNOTATION = "gpustack.io/mig-paused-clients"  # {label: value found} while paused
 CORDON_ANNOTATION = "gpustack.io/mig-initially-unschedulable"
 PAUSED = "paused-for-mig-change"
-# The GPU clients the GPU Operator's mig-manager pauses (reconfigure-mig.sh): gpustack deploys
-# the first three; the others are paused too when a node carries their label.
-CLIENT_LABELS = tuple(
-    f"nvidia.com/gpu.deploy.{c}"
-    for c in ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "dcgm", "nvsm")
-)
-
-
-def paused_values(labels: Mapping[str, str]) -> dict[str, str]:
-    """Pure: {label: value found} of the client labels to pause (present, not forced to false)."""
-    return {
-        k: labels[k]
-        for k in CLIENT_LABELS
-        if k in labels and labels[k] != "false" and labels[k] != PAUSED
-    }
 
 
 class MigKubernetesBackend:
@@ -53,6 +35,7 @@ class MigKubernetesBackend:
 
     def __init__(self, nodes: KubernetesBackend):
         self.nodes = nodes
+        self.clients = ClientPause(nodes, PAUSED, PAUSED_ANNOTATION)
 
     def _meta(self, host: str) -> dict[str, Any]:
         return self.nodes.read_node(host).get("metadata") or {}
@@ -93,53 +76,11 @@ class MigKubernetesBackend:
         return self.nodes.uncordon(host, None, StepOptions())
 
     def pause_clients(self, host: str, clock: Clock, opts: StepOptions) -> str:
-        meta = self._meta(host)
-        labels = meta.get("labels") or {}
-        found = paused_values(labels)
-        recorded = json.loads((meta.get("annotations") or {}).get(PAUSED_ANNOTATION) or "{}")
-        found = {**found, **recorded}  # a resumed run: what the first run found wins
-        patch = {
-            "metadata": {
-                "labels": dict.fromkeys(found, PAUSED),
-                "annotations": {PAUSED_ANNOTATION: json.dumps(found, sort_keys=True)},
-            }
-        }
-        self.nodes.patch_node(host, patch, "pause GPU clients on")
-        start = clock.now()
-        while True:
-            left = self._client_pods(host, set(found))
-            if not left:
-                break
-            if clock.now() - start >= opts.pod_deletion_timeout:
-                raise StepFailed(
-                    f"GPU clients did not stop within {opts.pod_deletion_timeout:g} s: "
-                    + ", ".join(left[:5])
-                )
-            clock.sleep(opts.poll)
-        names = ", ".join(k.rsplit(".", 1)[-1] for k in sorted(found)) or "none"
-        return f"paused GPU clients ({names})"
-
-    def _client_pods(self, host: str, selectors: set[str]) -> list[str]:
-        pods = self.nodes.pods_on(host)
-        return [
-            f"{p['metadata'].get('namespace')}/{p['metadata']['name']}"
-            for p in pods
-            if set((p.get("spec") or {}).get("nodeSelector") or {}) & selectors
-            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
-        ]
+        return self.clients.pause(host, clock, opts)
 
     def resume_clients(self, host: str) -> str:
         """Restore the client labels this or an earlier run paused ('' when none were)."""
-        meta = self._meta(host)
-        labels = meta.get("labels") or {}
-        annotations = meta.get("annotations") or {}
-        if PAUSED_ANNOTATION not in annotations:
-            return ""
-        recorded = json.loads(annotations[PAUSED_ANNOTATION] or "{}")
-        back = {k: v for k, v in recorded.items() if labels.get(k) == PAUSED}
-        patch = {"metadata": {"labels": back, "annotations": {PAUSED_ANNOTATION: None}}}
-        self.nodes.patch_node(host, patch, "resume GPU clients on")
-        return f"resumed GPU clients ({len(back)})"
+        return self.clients.resume(host)
 
     def evict_gpu_pods(self, host: str, clock: Clock, opts: StepOptions) -> str:
         return self.nodes.evict_gpu_pods(host, clock, opts)

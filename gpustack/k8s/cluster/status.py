@@ -12,7 +12,7 @@ import gc
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from gpustack.k8s.cluster import dra, flow, gfd, nodes
+from gpustack.k8s.cluster import dra, flow, gfd, nodes, pause
 
 UPGRADE_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
 DEVICE_PLUGIN_SELECTOR = (
@@ -79,6 +79,8 @@ def node_views(
         if published is not None:
             views[host]["allocator"] = "dra"
         labels = node["metadata"].get("labels") or {}
+        if paused := pause.paused_clients(labels):
+            views[host]["paused_clients"] = paused
         gfd_node = nfd_api is not None and labels.get(gfd.GFD_DEPLOY_LABEL) == "true"
         if gfd_node and not gfd.has_gfd_labels(node):
             views[host]["note"] = gfd.missing_note(bool(nfd_api))

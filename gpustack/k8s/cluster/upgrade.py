@@ -16,17 +16,19 @@ anything is evicted and names the pods. Unlike kubectl, finished pods are left a
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from gpustack.ansible.input_specs import is_true
 from gpustack.errors import BadInput
-from gpustack.k8s.cluster import gpu_resources
+from gpustack.k8s.cluster import dra, gpu_resources
 from gpustack.k8s.cluster.connect import Cluster, call, check_reachable, connect, status_message
 from gpustack.k8s.cluster.gpu_resources import GPU_PREFIXES
 from gpustack.k8s.cluster.nodes import MERGE_PATCH, find_nodes, node_name_for
+from gpustack.k8s.cluster.pause import ClientPause
+from gpustack.k8s.manifests import DRA_DRIVER
 from gpustack.upgrade.backend import NodeCondition, StepFailed, StepOptions
 from gpustack.upgrade.executors import Clock
 from gpustack.upgrade.state import SKIP_LABEL, STATE_LABEL, UpgradeState
@@ -35,17 +37,52 @@ ADMIN_ANNOTATION = "gpustack.io/driver-upgrade-initially-unschedulable"
 REASON_ANNOTATION = "gpustack.io/driver-upgrade-failure"
 GPU_RESOURCE_PREFIXES = GPU_PREFIXES  # GPU pods: nvidia.com/gpu* or nvidia.com/mig-*
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+PAUSED = "paused-for-driver-upgrade"  # the GPU clients' deploy labels while the driver reloads
+PAUSED_ANNOTATION = "gpustack.io/driver-upgrade-paused-clients"  # {label: value found}
 
 
-def is_gpu_pod(pod: dict[str, Any]) -> bool:
-    """Pure: the pod requests (or limits) an NVIDIA GPU or MIG resource."""
+def claim_names(pod: dict[str, Any]) -> list[str]:
+    """Pure: the ResourceClaims the pod's claims stand for: named in its spec, or (generated
+    from a template) in its status; a claim not generated yet has none."""
+    statuses = {
+        s.get("name"): s.get("resourceClaimName")
+        for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+    }
+    names = []
+    for claim in (pod.get("spec") or {}).get("resourceClaims") or []:
+        name = claim.get("resourceClaimName") or statuses.get(claim.get("name"))
+        if name:
+            names.append(name)
+    return names
+
+
+def holds_nvidia_device(claim: dict[str, Any] | None) -> bool:
+    """Pure: the claim is allocated a device of NVIDIA's GPU DRA driver (admin-access results
+    aside); None (the claim could not be read) counts as holding one, as upstream does."""
+    if claim is None:
+        return True
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    return any(
+        r.get("driver") == DRA_DRIVER and not r.get("adminAccess")
+        for r in (allocation.get("devices") or {}).get("results") or []
+    )
+
+
+def is_gpu_pod(
+    pod: dict[str, Any], claims: Mapping[str, dict[str, Any] | None] | None = None
+) -> bool:
+    """Pure: the pod requests (or limits) an NVIDIA GPU or MIG resource, or one of its
+    ResourceClaims (`claims`: name -> the claim in the pod's namespace, None when unreadable)
+    holds a device of NVIDIA's DRA driver: the GPU Operator's gpuPodSpecFilter
+    (NVIDIA/gpu-operator@a22dbf67 cmd/gpu-operator/main.go, with PodHasNVIDIAGPUClaim in
+    controllers/nodelabeling_controller.go)."""
     spec = pod.get("spec") or {}
     for container in (spec.get("containers") or []) + (spec.get("initContainers") or []):
         resources = container.get("resources") or {}
         for section in ("requests", "limits"):
             if any(k.startswith(GPU_RESOURCE_PREFIXES) for k in resources.get(section) or {}):
                 return True
-    return False
+    return any(holds_nvidia_device((claims or {}).get(name)) for name in claim_names(pod))
 
 
 def _controller_ref(pod: dict[str, Any]) -> dict[str, Any] | None:
@@ -130,10 +167,12 @@ def gpu_allocatable(node: dict[str, Any]) -> int:
 class KubernetesBackend:
     mode = "kubernetes"
 
-    def __init__(self, cluster: Cluster, node_names: dict[str, str], config=None):
+    def __init__(self, cluster: Cluster, node_names: dict[str, str], config=None, dra=False):
         self.cluster = cluster
         self.node_names = node_names  # inventory host -> Node name
         self.config = config  # ClusterConfig for the verification pod; None: no pod
+        self.dra = dra  # GPUs come from NVIDIA's DRA driver (ResourceSlices), not allocatable
+        self.clients = ClientPause(self, PAUSED, PAUSED_ANNOTATION)
 
     @classmethod
     def from_kubeconfig(cls, kubeconfig: str, inventory, extravars=None) -> KubernetesBackend:
@@ -144,11 +183,12 @@ class KubernetesBackend:
         for match in matches.values():
             if match.node is None:
                 raise BadInput(match.error, match.hint)
+        from gpustack.k8s.manifests import config_from_inventory
+
+        configured = config_from_inventory(inventory, extravars or {})
         config = None
         if is_true((extravars or {}).get("gpustack_upgrade_verify_pod", True)):
-            from gpustack.k8s.manifests import config_from_inventory
-
-            config = config_from_inventory(inventory, extravars or {})
+            config = configured
             try:  # the pod runs in gpustack's namespace: only where gpustack installed it
                 cluster.raw("GET", f"/api/v1/namespaces/{config.namespace}")
             except ApiException as exc:
@@ -158,7 +198,7 @@ class KubernetesBackend:
                         "check the kubeconfig's permissions (RBAC)",
                     ) from None
                 config = None
-        return cls(cluster, wanted, config)
+        return cls(cluster, wanted, config, dra=configured.dra)
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -249,7 +289,8 @@ class KubernetesBackend:
             clock.sleep(opts.poll)
 
     def evict_gpu_pods(self, name: str, clock: Clock, opts: StepOptions) -> str:
-        pods = [p for p in self.pods_on(name) if is_gpu_pod(p) and not _terminal(p)]
+        pods = [p for p in self.pods_on(name) if not _terminal(p)]
+        pods = [p for p in pods if is_gpu_pod(p, self._claims(p))]
         pods = self._to_evict(pods, opts, "GPU pod")
         return self._evict(name, pods, clock, opts, opts.pod_deletion_timeout, "GPU pod")
 
@@ -257,6 +298,24 @@ class KubernetesBackend:
         pods = [p for p in self.pods_on(name) if not _terminal(p)]
         pods = self._to_evict(pods, opts, "pod")
         return self._evict(name, pods, clock, opts, opts.drain_timeout, "pod")
+
+    def _claims(self, pod: dict[str, Any]) -> dict[str, dict[str, Any] | None]:
+        """The pod's ResourceClaims by name (None: unreadable, counted as holding a GPU)."""
+        ns, found = _ref(pod)[0], {}
+        for name in claim_names(pod):
+            try:
+                found[name] = self.cluster.raw(
+                    "GET", f"{dra.API}/namespaces/{ns}/resourceclaims/{name}"
+                )
+            except ApiException:
+                found[name] = None
+        return found
+
+    def pause_gpu_clients(self, name: str, clock: Clock, opts: StepOptions) -> str:
+        return self.clients.pause(name, clock, opts)
+
+    def resume_gpu_clients(self, name: str) -> str:
+        return self.clients.resume(name)
 
     def _daemonset_gone(self, pod: dict[str, Any]) -> bool:
         """kubectl's daemonSetFilter lookup: 404 for the controlling DaemonSet is an orphan."""
@@ -337,25 +396,51 @@ class KubernetesBackend:
             raise StepFailed(f"eviction of {ns}/{pod}: {status_message(exc)}") from None
         return ""
 
+    def _gpus(self, host: str) -> tuple[dict[str, Any], int, list[dict[str, Any]]]:
+        """The node, its GPUs, and (DRA) the devices NVIDIA's DRA driver publishes for it: under
+        DRA the kubelet advertises no nvidia.com/gpu, the ResourceSlices stand for it."""
+        node = self.read_node(host)
+        if not self.dra:
+            return node, gpu_allocatable(node), []
+        devices = dra.node_devices(self.cluster).get(self.node_names[host], [])
+        return node, len(dra.covered_gpus(devices)), devices
+
     def validate(self, name: str, clock: Clock, opts: StepOptions) -> str:
         start = clock.now()
         node_name = self.node_names[name]
+        what = f"GPU(s) in ResourceSlices of {DRA_DRIVER}" if self.dra else "allocatable GPU(s)"
         while True:
-            node = self.read_node(name)
-            gpus = gpu_allocatable(node)
+            node, gpus, devices = self._gpus(name)
             if _ready(node) and gpus > 0:
                 break
             if clock.now() - start >= opts.validation_timeout:
                 state = "Ready" if _ready(node) else "not Ready"
+                plugin = "DRA kubelet plugin" if self.dra else "device plugin"
                 raise StepFailed(
-                    f"validation: node {node_name} is {state} with {gpus} allocatable GPU(s) "
-                    f"after {opts.validation_timeout:g} s (is the device plugin running there?)"
+                    f"validation: node {node_name} is {state} with {gpus} {what} after "
+                    f"{opts.validation_timeout:g} s (is the {plugin} running there?)"
                 )
             clock.sleep(opts.poll)
-        note = f"node Ready, {gpus} GPU(s) allocatable"
+        note = f"node Ready, {gpus} " + (what if self.dra else "GPU(s) allocatable")
         if self.config is None:
             return note + "; no verification pod (gpustack's namespace is not installed)"
+        if self.dra:
+            return note + "; " + self._verify_dra_pod(name, devices, clock)
         return note + "; " + self._verify_pod(name, gpus, clock, opts, start)
+
+    def _verify_dra_pod(self, host: str, devices: list[dict[str, Any]], clock: Clock) -> str:
+        """verify's DRA `pod` check on one node: a claim for a free device of the node."""
+        from gpustack.k8s.cluster.checks import NodeReport
+
+        node = self.node_names[host]
+        report = NodeReport(host, node)
+        outcomes, _ = dra.run_verify_pods(self.cluster, self.config, {host: report},
+                                          {host: devices}, clock, cordoned=True)  # fmt: skip
+        if host not in outcomes:  # every device is allocated: not disturbed
+            return "no verification pod: " + (report.checks[0].message if report.checks else "")
+        if outcomes[host].phase != "Succeeded":
+            raise StepFailed(f"validation: verification pod on {node}: {outcomes[host].message}")
+        return "verification pod succeeded"
 
     def _verify_pod(self, host, gpus, clock, opts, start) -> str:
         from gpustack.k8s.cluster.pods import pod_name, run_pods
