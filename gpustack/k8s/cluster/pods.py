@@ -155,10 +155,12 @@ def stuck_reason(cluster: Cluster, namespace: str, name: str, status: dict) -> s
 
 
 def delete_pod(cluster: Cluster, namespace: str, name: str) -> None:
+    """Delete with the pod's own grace period, never force: a pod still running stays in the
+    API (Terminating) until its kubelet has stopped it and given its GPU back, so the scheduler
+    keeps counting that GPU as taken (the API server makes the deletion of a pod that has
+    finished or was never scheduled immediate anyway)."""
     try:
-        cluster.raw(
-            "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", [("gracePeriodSeconds", 0)]
-        )
+        cluster.raw("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}")
     except ApiException as exc:
         if exc.status != 404:
             raise GpustackError(
