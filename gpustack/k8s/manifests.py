@@ -302,7 +302,10 @@ def _dcgm_exporter(config: ClusterConfig, servicemonitor: bool) -> list[dict[str
     if servicemonitor:
         objects.append(
             _render_template(
-                "dcgm-exporter/servicemonitor.yaml.j2", service_selector=selector, **common
+                "dcgm-exporter/servicemonitor.yaml.j2",
+                service_selector=selector,
+                monitor_labels={**config.servicemonitor_labels, **labels},
+                **common,
             )
         )
     return objects
@@ -405,7 +408,8 @@ def node_labels(
     `nvidia.com/gpu.deploy.operands=false` keeps every operand off the node.
     GPU nodes get `gpu.present=true` and a `gpu.deploy.<operand>=true` for every enabled
     operand (plus `nvidia.com/mps.capable=true` while MPS is on); `device-plugin` or
-    `dra-driver` by gpustack_k8s_gpu_allocation, and the other one's "true" is removed.
+    `dra-driver` by gpustack_k8s_gpu_allocation. The "true" of an operand that is off (the
+    other allocator, GFD or dcgm-exporter turned off, mps.capable without MPS) is removed.
     Nodes without GPUs lose the "true" labels gpustack would have set, so no GPU DaemonSet
     lands there.
     """
@@ -421,15 +425,18 @@ def node_labels(
             "dcgm-exporter": config.dcgm_exporter_enabled,
         }
         if existing.get(ALL_OPERANDS_LABEL) != "false":
+            # An operand turned off, and the other GPU allocator (one per node), lose their
+            # "true": their DaemonSets are deleted too (apply.prune).
             for operand in OPERANDS:
+                key = DEPLOY_LABEL.format(operand)
                 if enabled[operand]:
-                    wanted[DEPLOY_LABEL.format(operand)] = "true"
-            # One GPU allocator per node: switching allocation takes the other's label off.
-            other = DEPLOY_LABEL.format("device-plugin" if config.dra else "dra-driver")
-            if existing.get(other) == "true":
-                wanted[other] = None
+                    wanted[key] = "true"
+                elif existing.get(key) == "true":
+                    wanted[key] = None
             if config.sharing == "mps":
                 wanted[MPS_CAPABLE_LABEL] = "true"
+            elif existing.get(MPS_CAPABLE_LABEL) == "true":
+                wanted[MPS_CAPABLE_LABEL] = None
     else:
         for key in (PRESENT_LABEL, MPS_CAPABLE_LABEL, *(DEPLOY_LABEL.format(o) for o in OPERANDS)):
             if existing.get(key) == "true":

@@ -38,6 +38,22 @@ _DIGEST = re.compile(r"^sha256:[a-f0-9]{64}$")
 # DNS-1123 subdomain: what Kubernetes accepts as a Secret or PriorityClass name.
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 # An absolute host path without `..`, `//` or a trailing slash (a hostPath the kubelet mounts).
+# Label keys and values (k8s.io/apimachinery validation.IsQualifiedName, IsValidLabelValue)
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+# monitoring.coreos.com/v1 Duration's pattern (github.com/prometheus-operator/prometheus-operator/
+# pkg/apis/monitoring@v0.95.2 v1/types.go); empty: Prometheus' global interval
+_PROMETHEUS_DURATION = re.compile(
+    r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"
+)
+
+
+def _label_key(key: str) -> bool:
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+        return False
+    return bool(_LABEL_VALUE.match(name))
+
+
 _HOST_PATH = re.compile(r"^(/[A-Za-z0-9._+@-]+)+$")
 
 # Images the manifests use, by the name `ClusterConfig.image()` takes.
@@ -88,6 +104,12 @@ class ClusterConfig(BaseModel):
     verify_tag: str = "12.9.1-base-ubuntu22.04"
     vector_add_image: str | None = None
     dcgm_scrape: bool = False
+    # dcgm-exporter's ServiceMonitor (rendered where its CRD is served), as the GPU Operator's
+    # ClusterPolicy dcgmExporter.serviceMonitor: additionalLabels (e.g. the `release` label
+    # kube-prometheus-stack's default selector wants), interval, honorLabels.
+    servicemonitor_labels: dict[str, str] = Field(default_factory=dict)
+    servicemonitor_interval: str = "30s"
+    servicemonitor_honor_labels: bool = False
     daemonset_timeout: int = Field(default=300, ge=10, le=3600)
     capacity_timeout: int = Field(default=150, ge=10, le=3600)
     verify_timeout: int = Field(default=300, ge=10, le=3600)
@@ -166,6 +188,36 @@ class ClusterConfig(BaseModel):
             if len(set(value)) != len(value):
                 raise ValueError(f"{list(value)!r} names a Secret twice")
             return tuple(value)
+        return value
+
+    @field_validator("servicemonitor_labels", mode="before")
+    @classmethod
+    def _servicemonitor_labels(cls, value: Any) -> Any:
+        # `-e gpustack_k8s_servicemonitor_labels=release=kube-prometheus-stack,team=ml` gives a
+        # string; YAML or JSON gives a mapping.
+        if value is None or value == "":
+            return {}
+        if isinstance(value, str):
+            pairs = [p.strip() for p in value.split(",") if p.strip()]
+            if any("=" not in p for p in pairs):
+                raise ValueError("expected KEY=VALUE pairs separated by commas, or a mapping")
+            value = dict(p.split("=", 1) for p in pairs)
+        if not isinstance(value, dict):
+            raise ValueError("expected a mapping of label keys to values")
+        for key, label in value.items():
+            if not isinstance(key, str) or not _label_key(key):
+                raise ValueError(f"{key!r} is not a label key")
+            if key.startswith(("app.kubernetes.io/", "gpustack.io/")):
+                raise ValueError(f"{key!r} is gpustack's own label (it finds its objects by it)")
+            if not isinstance(label, str) or not (label == "" or _LABEL_VALUE.match(label)):
+                raise ValueError(f"{label!r} (of {key}) is not a label value")
+        return value
+
+    @field_validator("servicemonitor_interval")
+    @classmethod
+    def _interval(cls, value: str) -> str:
+        if not _PROMETHEUS_DURATION.match(value):
+            raise ValueError(f"{value!r} is not a Prometheus duration")
         return value
 
     @field_validator("registry")
@@ -391,6 +443,8 @@ _HINTS = {
     "priority_class": "a PriorityClass name, or empty for none",
     "image_pull_policy": "choose IfNotPresent, Always or Never",
     "image_pull_secrets": "Secret names in the namespace, as a list or comma-separated",
+    "servicemonitor_labels": "e.g. -e gpustack_k8s_servicemonitor_labels=release=my-prometheus",
+    "servicemonitor_interval": "e.g. 30s or 1m",
 }
 
 

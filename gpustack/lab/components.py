@@ -42,6 +42,13 @@ CONTAINER_TOOLKIT_VERSION = "1.20.2"
 # are looked up at run time, so nothing of NVIDIA's is needed to build.
 _NVIDIA_EXTLDFLAGS = "-Wl,--export-dynamic -Wl,--unresolved-symbols=ignore-in-object-files"
 
+# Prometheus Operator's CRDs (the ServiceMonitor that dcgm-exporter's scrape target is) are
+# generated from its API types with controller-gen, as upstream generates them: the module proxy
+# serves the types' module, not the repository whose example/prometheus-operator-crd holds them.
+CONTROLLER_TOOLS_VERSION = "0.19.0"
+PROMETHEUS_OPERATOR_APIS = "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring"
+PROMETHEUS_OPERATOR_APIS_VERSION = "0.95.2"
+
 CACHE_ENV = "GPUSTACK_COMPONENTS_CACHE"
 
 
@@ -182,8 +189,15 @@ CONTAINER_TOOLKIT = GoComponent(
     cgo=True,
 )
 
+CONTROLLER_GEN = GoComponent(
+    name="controller-gen",
+    version=CONTROLLER_TOOLS_VERSION,
+    module="sigs.k8s.io/controller-tools",
+    packages=("sigs.k8s.io/controller-tools/cmd/controller-gen",),
+)
+
 COMPONENTS: dict[str, GoComponent] = {
-    c.name: c for c in (KUBERNETES, ETCD, KWOK, DEVICE_PLUGIN, CONTAINER_TOOLKIT)
+    c.name: c for c in (KUBERNETES, ETCD, KWOK, DEVICE_PLUGIN, CONTAINER_TOOLKIT, CONTROLLER_GEN)
 }
 
 # The wrapper's own main packages (etcd has no main package in a module of its own).
@@ -388,6 +402,49 @@ def build(component: GoComponent, log: Callable[[str], None] = lambda _: None) -
         return target / "bin"
 
 
+def prometheus_operator_crds(log: Callable[[str], None] = lambda _: None) -> Path:
+    """The directory of Prometheus Operator's CRDs (monitoring.coreos.com_servicemonitors.yaml
+    and the others) at PROMETHEUS_OPERATOR_APIS_VERSION, generated once by controller-gen
+    (`crd:crdVersions=v1`) from the API types' module and cached beside the components."""
+    controller_gen = build(CONTROLLER_GEN, log) / "controller-gen"
+    target = cache_root() / (
+        f"prometheus-operator-crds-{PROMETHEUS_OPERATOR_APIS_VERSION}"
+        f"-controller-gen-{CONTROLLER_TOOLS_VERSION}"
+    )
+    with locked(cache_root() / f".{target.name}.lock"):
+        if (target / "monitoring.coreos.com_servicemonitors.yaml").is_file():
+            return target
+        env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod")
+        with tempfile.TemporaryDirectory(prefix="gpustack-crds-") as tmp:
+            work = Path(tmp)
+            (work / "go.mod").write_text(
+                "module gpustack.local/crds\n\ngo 1.26.0\n\n"
+                f"require {PROMETHEUS_OPERATOR_APIS} v{PROMETHEUS_OPERATOR_APIS_VERSION}\n"
+            )
+            (work / "tools.go").write_text(
+                f'package crds\n\nimport _ "{PROMETHEUS_OPERATOR_APIS}/v1"\n'
+            )
+            _go(["mod", "tidy"], work, env, "prometheus-operator's API types")
+            staging = target.with_name(target.name + ".part")
+            shutil.rmtree(staging, ignore_errors=True)
+            run = subprocess.run(
+                [str(controller_gen), "crd:crdVersions=v1",
+                 f"paths={PROMETHEUS_OPERATOR_APIS}/v1", f"output:crd:dir={staging}"],
+                cwd=work, env=env, capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            if run.returncode != 0:
+                raise LabError(
+                    f"controller-gen could not generate Prometheus Operator's CRDs: "
+                    f"{(run.stderr or run.stdout).strip()[-500:]}",
+                    "check that the Go module proxy serves "
+                    f"{PROMETHEUS_OPERATOR_APIS}@v{PROMETHEUS_OPERATOR_APIS_VERSION}",
+                )
+            shutil.rmtree(target, ignore_errors=True)
+            staging.rename(target)
+    log(f"generated Prometheus Operator's CRDs -> {target}")
+    return target
+
+
 def ensure(names: tuple[str, ...] = ("kubernetes", "etcd"), log=lambda _: None) -> dict[str, Path]:
     """Each named component's bin/ directory, built when missing."""
     return {name: build(COMPONENTS[name], log) for name in names}
@@ -404,6 +461,8 @@ def describe(build_missing: bool = False, log=lambda _: None) -> list[dict]:
     """One row per pinned component: version, where it is cached, its build figures."""
     rows = []
     go = go_version()
+    if build_missing:
+        prometheus_operator_crds(log)  # builds controller-gen first
     for component in COMPONENTS.values():
         if build_missing:
             build(component, log)

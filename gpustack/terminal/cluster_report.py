@@ -23,6 +23,9 @@ def print_cluster(report: ClusterReport, verbose: int = 0) -> None:
         if verbose:
             for item in report.applied:
                 out.print(f"  {escape(item.action):12} {escape(item.ref)}")
+    for ref in report.removed:  # gpustack's, no longer rendered by the current settings
+        verb = "would remove" if report.check_mode else "removed"
+        out.print(f"{verb} {escape(ref)} (not in the current settings)")
     for node, labels in report.labels.items():
         shown = ", ".join(f"{k}={v}" if v is not None else f"-{k}" for k, v in labels.items())
         verb = "would label" if report.check_mode else "labelled"

@@ -418,7 +418,8 @@ def test_switching_back_to_the_device_plugin_removes_the_dra_kubelet_plugin(
 
         report = flow.install(session_for(kubeconfig, unique, [host], {}), run_result(facts))
 
-    assert report.removed == [f"DaemonSet {ns}/{PLUGIN_DS}"]
+    assert sorted(report.removed) == [f"DaemonSet {ns}/{PLUGIN_DS}",
+                                      f"ServiceAccount {ns}/{DRA_SERVICE_ACCOUNT}"]  # fmt: skip
     daemonsets = [
         d["metadata"]["name"] for d in items(cluster, f"/apis/apps/v1/namespaces/{ns}/daemonsets")
     ]

@@ -335,6 +335,63 @@ def test_install_and_verify_pass_in_every_mode(
     assert labels["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB"  # the nfd-master stand-in
 
 
+def test_operands_turned_off_are_removed_on_the_next_install(
+    kube, kubeconfig, cluster, scratch, unique, tmp_path
+):
+    """MPS, GFD and dcgm-exporter on, then off: the next install deletes what gpustack applied
+    for them in its namespace (DaemonSets, GFD's ServiceAccount and RBAC, dcgm-exporter's
+    ConfigMap and Service) and takes their node labels off; check mode only says so."""
+    ns, node = scratch.namespace(f"gs-{unique}"), scratch.node(f"gpu1-{unique}")
+    kwok_node(cluster, node)
+    facts = run_result({node: gpu_facts(node, 4)})
+    gpu = uuids_for(node, 4)[-1]
+    on, off = MODES["mps"][0], {"gpustack_k8s_gfd_enabled": "false",
+                                "gpustack_k8s_dcgm_exporter_enabled": "false"}  # fmt: skip
+    with OperandStandIns(kube, cluster, ns, node, resources={GPU: "16"}, mps=True,
+                         tmp_path=tmp_path), \
+            AdmittingVerificationPods(cluster, tmp_path, {node: Outcome(smi(gpu))}):  # fmt: skip
+        first = flow.install(session_for(kubeconfig, [node], ns, on), facts, clock=RealClock())
+    assert first.passed, first.to_dict()
+
+    def present() -> set[str]:
+        found = set()
+        for kind, path in (("DaemonSet", f"/apis/apps/v1/namespaces/{ns}/daemonsets"),
+                           ("ServiceAccount", f"/api/v1/namespaces/{ns}/serviceaccounts"),
+                           ("Role", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles"),
+                           ("ConfigMap", f"/api/v1/namespaces/{ns}/configmaps"),
+                           ("Service", f"/api/v1/namespaces/{ns}/services")):  # fmt: skip
+            found |= {f"{kind} {ns}/{o['metadata']['name']}" for o in cluster.raw("GET", path)["items"]
+                      if (o["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by")
+                      == "gpustack"}  # fmt: skip
+        return found
+
+    gone = {f"DaemonSet {ns}/nvidia-device-plugin-mps-control-daemon",
+            f"DaemonSet {ns}/gpu-feature-discovery", f"DaemonSet {ns}/dcgm-exporter",
+            f"ServiceAccount {ns}/gpu-feature-discovery", f"Role {ns}/gpu-feature-discovery",
+            f"ConfigMap {ns}/dcgm-exporter-metrics", f"Service {ns}/dcgm-exporter"}  # fmt: skip
+    before = present()
+    assert gone <= before
+    planned = flow.install(session_for(kubeconfig, [node], ns, off), facts, check=True)
+    assert gone <= set(planned.removed) and present() == before, planned.removed
+    with OperandStandIns(kube, cluster, ns, node, resources={GPU: "4"}, tmp_path=tmp_path), \
+            AdmittingVerificationPods(cluster, tmp_path, {node: Outcome(smi(gpu))}):  # fmt: skip
+        second = flow.install(session_for(kubeconfig, [node], ns, off), facts, clock=RealClock())
+
+    assert second.passed, second.to_dict()
+    assert gone <= set(second.removed), second.removed
+    assert f"RoleBinding {ns}/gpu-feature-discovery" in second.removed
+    assert not gone & present()
+    assert [d.name for d in second.daemonsets] == ["nvidia-device-plugin"]
+    labels = cluster.raw("GET", f"/api/v1/nodes/{node}")["metadata"]["labels"]
+    assert labels["nvidia.com/gpu.deploy.device-plugin"] == "true"
+    for key in ("nvidia.com/mps.capable", "nvidia.com/gpu.deploy.gpu-feature-discovery",
+                "nvidia.com/gpu.deploy.dcgm-exporter"):  # fmt: skip
+        assert key not in labels, labels
+    wait_until(lambda: {p["metadata"]["ownerReferences"][0]["name"] for p in cluster.raw(
+        "GET", f"/api/v1/namespaces/{ns}/pods")["items"] if p["metadata"].get("ownerReferences")}
+        == {"nvidia-device-plugin"}, what="only the device plugin's pod left", timeout=30)  # fmt: skip
+
+
 # ----------------------------------------------------------------------------- GFD and NFD
 
 

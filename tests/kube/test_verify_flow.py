@@ -35,11 +35,13 @@ import uuid
 from datetime import UTC, datetime
 
 import pytest
+import yaml
 from kubernetes.client.exceptions import ApiException
 
 from gpustack.k8s.cluster import flow
 from gpustack.k8s.cluster.pods import RUN_LABEL
 from gpustack.k8s.manifests import METRICS_PORT
+from gpustack.lab import components
 from tests.builders import (
     gpu_facts,
     inventory,
@@ -699,28 +701,21 @@ def test_failed_host_stack_is_not_labelled(kube, kubeconfig, unique, tmp_path):
 # STAND-IN for the Prometheus Operator's CRD: the group, version, kind and scope are the real
 # ones (monitoring.coreos.com_servicemonitors.yaml); its schema is not carried here, so the
 # API server keeps any field (the real CRD validates ServiceMonitor's spec).
-SERVICEMONITOR_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
-    "spec": {
-        "group": "monitoring.coreos.com",
-        "names": {"plural": "servicemonitors", "singular": "servicemonitor",
-                  "kind": "ServiceMonitor", "listKind": "ServiceMonitorList"},
-        "scope": "Namespaced",
-        "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
-            "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}],
-    },
-}  # fmt: skip
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
 @pytest.fixture
 def servicemonitor_crd(kube):
-    """The ServiceMonitor CRD for one test: the control plane is shared, so it is deleted
-    (and waited out) afterwards."""
+    """Prometheus Operator's own ServiceMonitor CRD, generated from its API types by
+    controller-gen (gpustack/lab/components.py), so that the API server validates gpustack's
+    ServiceMonitor against the real schema; for one test: the control plane is shared, so it
+    is deleted (and waited out) afterwards."""
+    crd = yaml.safe_load(
+        (components.prometheus_operator_crds() / "monitoring.coreos.com_servicemonitors.yaml")
+        .read_text()
+    )  # fmt: skip
     cluster = kube.stand_in()
-    name = SERVICEMONITOR_CRD["metadata"]["name"]
+    name = crd["metadata"]["name"]
 
     def established():
         got = cluster.raw("GET", f"{CRDS}/{name}")
@@ -729,7 +724,7 @@ def servicemonitor_crd(kube):
             for c in (got.get("status") or {}).get("conditions") or []
         )
 
-    cluster.raw("POST", CRDS, ctype=JSON, body=SERVICEMONITOR_CRD)
+    cluster.raw("POST", CRDS, ctype=JSON, body=crd)
     try:
         wait_until(established, what=f"CRD {name} established", timeout=30, interval=0.1)
         yield
@@ -751,11 +746,17 @@ def _exists(cluster, path) -> bool:
 
 
 def test_servicemonitor_only_with_its_crd(kube, kubeconfig, unique, tmp_path, servicemonitor_crd):
+    """kube-prometheus-stack's Prometheus selects ServiceMonitors by its release label: the
+    labels, interval and honorLabels the GPU Operator's ClusterPolicy sets are accepted by the
+    real CRD's schema and kept."""
     ns, node = f"gs-{unique}", f"gpu1-{unique}"
     cluster = kube.stand_in()
     kwok_gpu_node(cluster, node, gpus=1)
+    monitoring = {"gpustack_k8s_servicemonitor_labels": "release=kube-prometheus-stack",
+                  "gpustack_k8s_servicemonitor_interval": "1m",
+                  "gpustack_k8s_servicemonitor_honor_labels": "true"}  # fmt: skip
     with VerificationPods(cluster, tmp_path, {node: one_gpu_seen(node, 1)}):
-        report = install(kubeconfig, ns, {node: gpu_facts(node, 1)})
+        report = install(kubeconfig, ns, {node: gpu_facts(node, 1)}, extravars=monitoring)
 
     assert report.passed, report.to_dict()
     assert ("ServiceMonitor", "dcgm-exporter") in {(a.kind, a.name) for a in report.applied}
@@ -763,6 +764,16 @@ def test_servicemonitor_only_with_its_crd(kube, kubeconfig, unique, tmp_path, se
         "GET", f"/apis/monitoring.coreos.com/v1/namespaces/{ns}/servicemonitors/dcgm-exporter"
     )
     assert monitor["metadata"]["managedFields"][0]["manager"] == "gpustack"
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert (endpoint["interval"], endpoint["honorLabels"]) == ("1m", True)
+    # the schema is the real one, not a permissive stand-in: it refuses what Prometheus would
+    bad = {**monitor, "metadata": {"name": "bad", "namespace": ns},
+           "spec": {**monitor["spec"], "endpoints": [{**endpoint, "interval": "30 s"}]}}  # fmt: skip
+    with pytest.raises(ApiException) as refused:
+        cluster.raw("POST", f"/apis/monitoring.coreos.com/v1/namespaces/{ns}/servicemonitors",
+                    body=bad, ctype=JSON)  # fmt: skip
+    assert refused.value.status == 422 and "spec.endpoints[0].interval" in refused.value.body
 
 
 def test_vectoradd_runs_after_the_smi_pod(kube, kubeconfig, unique, tmp_path):

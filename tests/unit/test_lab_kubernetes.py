@@ -116,3 +116,24 @@ def test_kubelet_and_cni_configuration():
     cni = kubelets.cni_config("10.244.3.0/24")
     assert cni["plugins"][0]["ipam"]["ranges"] == [[{"subnet": "10.244.3.0/24"}]]
     assert cni["plugins"][0]["ipMasq"] is False
+
+
+def test_prometheus_operators_crds_are_generated_once_and_then_read_from_the_cache(
+    monkeypatch, tmp_path
+):
+    monkeypatch.setenv(components.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(components, "build", lambda component, log=None: tmp_path / "bin")
+    target = tmp_path / (
+        f"prometheus-operator-crds-{components.PROMETHEUS_OPERATOR_APIS_VERSION}"
+        f"-controller-gen-{components.CONTROLLER_TOOLS_VERSION}"
+    )
+    target.mkdir()
+    (target / "monitoring.coreos.com_servicemonitors.yaml").write_text(
+        "kind: CustomResourceDefinition\n"
+    )
+
+    def no_go(*args, **kwargs):
+        raise AssertionError("generated again")
+
+    monkeypatch.setattr(components, "_go", no_go)
+    assert components.prometheus_operator_crds() == target

@@ -340,6 +340,50 @@ def test_servicemonitor_structure():
     assert objects[-1] is monitor  # applied after the Service it selects
 
 
+def test_servicemonitor_labels_interval_and_honor_labels_as_the_gpu_operators():
+    config = ClusterConfig(servicemonitor_labels={"release": "kube-prometheus-stack"},
+                           servicemonitor_interval="1m", servicemonitor_honor_labels=True)  # fmt: skip
+    monitor = _by_kind(render(config, servicemonitor=True), "ServiceMonitor")["dcgm-exporter"]
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert monitor["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpustack"
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert (endpoint["interval"], endpoint["honorLabels"]) == ("1m", True)
+    default = _by_kind(render(ClusterConfig(servicemonitor_interval=""), servicemonitor=True),
+                       "ServiceMonitor")["dcgm-exporter"]  # fmt: skip
+    assert "interval" not in default["spec"]["endpoints"][0]  # Prometheus' global interval
+    assert "honorLabels" not in default["spec"]["endpoints"][0]
+
+
+@pytest.mark.parametrize(
+    ("variables", "message"),
+    [
+        ({"gpustack_k8s_servicemonitor_labels": "release"}, "expected KEY=VALUE pairs"),
+        (
+            {"gpustack_k8s_servicemonitor_labels": "app.kubernetes.io/name=x"},
+            "gpustack's own label",
+        ),
+        ({"gpustack_k8s_servicemonitor_labels": "a=b c"}, "'b c' (of a) is not a label value"),
+        ({"gpustack_k8s_servicemonitor_labels": {"-a": "b"}}, "'-a' is not a label key"),
+        ({"gpustack_k8s_servicemonitor_interval": "30 s"}, "is not a Prometheus duration"),
+    ],
+)
+def test_bad_servicemonitor_settings_are_refused(variables, message):
+    from gpustack.errors import BadInput
+    from gpustack.k8s.manifests import config_from_inventory
+
+    with pytest.raises(BadInput) as caught:
+        config_from_inventory({"gpu1": {}}, variables)
+    assert message in caught.value.message and caught.value.hint
+
+
+def test_servicemonitor_labels_from_e_as_ansible_playbook_gives_them():
+    from gpustack.k8s.manifests import config_from_inventory
+
+    given = {"gpustack_k8s_servicemonitor_labels": "release=kps, team=ml"}
+    assert config_from_inventory({"gpu1": {}}, given).servicemonitor_labels == {
+        "release": "kps", "team": "ml"}  # fmt: skip
+
+
 def test_registry_override_rewrites_every_image():
     config, objects = _objects("registry-override")
     images = [c["image"] for _, spec in _pod_specs(objects) for c in _containers(spec)] + [

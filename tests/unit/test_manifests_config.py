@@ -189,6 +189,16 @@ def test_a_user_set_false_is_never_overwritten():
     assert node_labels(NO_GPU_FACTS, existing, ClusterConfig()) == {}
 
 
+def test_operands_turned_off_lose_their_true_and_a_user_false_stays():
+    existing = {**ALL_ON, "nvidia.com/mps.capable": "true",
+                "nvidia.com/gpu.deploy.dcgm-exporter": "false"}  # fmt: skip
+    config = ClusterConfig(gfd_enabled=False, dcgm_exporter_enabled=False)
+    assert node_labels(GPU_FACTS, existing, config) == {
+        "nvidia.com/gpu.deploy.gpu-feature-discovery": None,
+        "nvidia.com/mps.capable": None,
+    }
+
+
 def test_a_label_paused_by_an_upgrade_or_mig_change_is_left_to_that_run():
     existing = {**ALL_ON, "nvidia.com/gpu.deploy.device-plugin": "paused-for-driver-upgrade",
                 "nvidia.com/gpu.deploy.gpu-feature-discovery": "paused-for-mig-change"}  # fmt: skip

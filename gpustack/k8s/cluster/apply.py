@@ -478,32 +478,47 @@ def wait_daemonsets(
 
 # ----------------------------------------------------------------------------- removal
 
+
 # The GPU allocators gpustack can deploy (gpustack_k8s_gpu_allocation); one runs at a time.
-ALLOCATOR_DAEMONSETS = ("nvidia-device-plugin", "nvidia-dra-driver-gpu-kubelet-plugin")
-
-
-def remove_other_allocator(
-    cluster: Cluster, namespace: str, objects: list[dict[str, Any]]
+def prune(
+    cluster: Cluster,
+    namespace: str,
+    objects: list[dict[str, Any]],
+    kinds: list[tuple[str, str]],
+    dry_run: bool = False,
 ) -> list[str]:
-    """Delete gpustack's DaemonSet of the GPU allocator that is not rendered any more.
+    """Delete gpustack's objects in its namespace that the current settings no longer render.
 
-    Switching gpustack_k8s_gpu_allocation must not leave the device plugin and the DRA
-    kubelet plugin both handing out the same GPUs. Only a DaemonSet labelled managed-by
-    gpustack is deleted; returns what was deleted.
-    """
-    rendered = {o["metadata"]["name"] for o in objects if o["kind"] == "DaemonSet"}
+    Turning an operand off (GFD, dcgm-exporter, MPS, time-slicing) or switching
+    gpustack_k8s_gpu_allocation leaves its DaemonSet and the rest behind otherwise (with the
+    two GPU allocators both handing out the same GPUs). Only objects of `kinds` (the namespaced
+    kinds gpustack renders under any setting) labelled managed-by gpustack, in `namespace`, are
+    considered: cluster-scoped objects may be another gpustack install's and stay until
+    `uninstall`. A kind the cluster does not serve is passed over. Returns the references
+    deleted (with `dry_run`, those that would be)."""
+    rendered = {
+        (o["kind"], o["metadata"]["name"]) for o in objects if o["metadata"].get("namespace")
+    }
     removed = []
-    for name in ALLOCATOR_DAEMONSETS:
-        if name in rendered:
+    for api_version, kind in kinds:
+        resource = call(
+            lambda a=api_version, k=kind: _served(cluster, a, k),
+            f"find the API for {api_version} {kind}",
+        )
+        if resource is None or not resource.namespaced:
             continue
-        ds = get_daemonset(cluster, namespace, name)
-        if ds is None:
-            continue
-        if ((ds.get("metadata") or {}).get("labels") or {}).get(MANAGED_LABEL) != "gpustack":
-            continue
-        path = f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}"
-        call(lambda p=path: cluster.raw("DELETE", p), f"delete DaemonSet {namespace}/{name}")
-        removed.append(f"DaemonSet {namespace}/{name}")
+        found = call(
+            lambda r=resource: r.get(label_selector=MANAGED_SELECTOR, namespace=namespace),
+            f"list {kind} objects managed by gpustack",
+        )
+        for item in found.items:
+            name = item.metadata.name
+            if (kind, name) in rendered:
+                continue
+            ref = f"{kind} {namespace}/{name}"
+            if not dry_run:
+                _delete(cluster, resource, name, namespace, ref)
+            removed.append(ref)
     return removed
 
 

@@ -82,7 +82,7 @@ class ClusterReport:
     nfd_api: bool = False  # NFD's NodeFeature API served (GFD's mode under gfd_mode=auto)
     gfd_mode: str = ""  # node-feature-api or feature-file, as rendered ("" with GFD off)
     mig_strategy: str = ""  # as deployed by install (derived from the layouts unless set)
-    removed: list[str] = field(default_factory=list)  # the other GPU allocator's DaemonSet
+    removed: list[str] = field(default_factory=list)  # gpustack's, no longer rendered
 
     @property
     def passed(self) -> bool:
@@ -190,9 +190,10 @@ def install(
             new_labels.pop(key, None)
         labelled[target.node_name] = new_labels
     report.applied = apply.apply_objects(cluster, objects, dry_run=check)
+    kinds = _namespaced_kinds(_every_setting(session, objects))
+    report.removed = apply.prune(cluster, config.namespace, objects, kinds, dry_run=check)
     if check:
         return report
-    report.removed = apply.remove_other_allocator(cluster, config.namespace, objects)
     _rollout_and_verify(session, report, objects, targets, labelled, clock)
     return report
 
@@ -233,17 +234,34 @@ def verify_cluster(
     return report
 
 
-def _every_setting(session: Session) -> list[dict[str, Any]]:
-    """The objects of the current setting and of the other GPU allocation: after a switch of
-    gpustack_k8s_gpu_allocation, the other one's objects (the DRA driver's DeviceClasses and
-    RBAC, or the device plugin's) are still gpustack's to delete."""
+def _every_setting(session: Session, objects=None) -> list[dict[str, Any]]:
+    """The objects of the current setting (`objects`, else rendered) and of the other GPU
+    allocation, every operand on: after a switch of gpustack_k8s_gpu_allocation or an operand
+    turned off, the other setting's objects (the DRA driver's DeviceClasses and RBAC, or the
+    device plugin's; GFD's, dcgm-exporter's) are still gpustack's to delete."""
     config = session.config
     other = "dra" if config.gpu_allocation == "device-plugin" else "device-plugin"
     # the settings that only the device plugin takes, at their defaults (render only)
     unshared = {"time_slicing_replicas": 1, "mps_replicas": 1, "compat_with_cpu_manager": False}
-    other_config = config.model_copy(update={"gpu_allocation": other, **unshared})
+    every_operand = {"gfd_enabled": True, "dcgm_exporter_enabled": True}
+    other_config = config.model_copy(update={"gpu_allocation": other, **unshared, **every_operand})
+    this_config = config.model_copy(update=every_operand)
     servicemonitor = apply.crd_exists(session.cluster)
-    return [*_objects(session), *render(other_config, servicemonitor=servicemonitor, nfd_api=False)]
+    return [
+        *(_objects(session) if objects is None else objects),
+        *render(this_config, servicemonitor=servicemonitor, nfd_api=False),
+        *render(other_config, servicemonitor=servicemonitor, nfd_api=False),
+    ]
+
+
+def _namespaced_kinds(objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(apiVersion, kind) of the namespaced objects, in the order first met."""
+    kinds: list[tuple[str, str]] = []
+    for obj in objects:
+        key = (obj["apiVersion"], obj["kind"])
+        if obj["metadata"].get("namespace") and key not in kinds:
+            kinds.append(key)
+    return kinds
 
 
 def uninstall(session: Session) -> dict[str, Any]:
