@@ -7,8 +7,15 @@ and kwok plays the kubelet (pods Running and Ready, deletions finished)."""
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import http.server
+import itertools
+import json
+import ssl
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from kubernetes.client.exceptions import ApiException
@@ -21,6 +28,7 @@ from tests.conftest import wait_until
 from tests.kube.stand_ins import kwok_node
 
 pytestmark = pytest.mark.kube
+JSON = "application/json"
 
 GPU = "nvidia.com/gpu"
 
@@ -97,9 +105,9 @@ def test_gpu_pods_leave_one_at_a_time_under_a_real_pdb(kubeconfig, unique):
     # The budget allows one disruption: the API server takes the first eviction and refuses
     # the second with 429 until a replacement is Ready. `new` stays cordoned until then: kwok
     # makes a replacement Ready within milliseconds, before a second eviction could be refused.
-    assert backend._evict_one(ns, first) == ""
-    refused = backend._evict_one(ns, second)
-    assert refused.startswith("blocked by a PodDisruptionBudget"), refused
+    assert backend._evict_one(ns, first) == ("", 0)
+    refused, wait = backend._evict_one(ns, second)
+    assert refused.startswith("blocked by a PodDisruptionBudget") and wait == 0, refused
     assert "disruption budget trainer needs 1 healthy pods" in refused, refused
     cluster.raw("PATCH", f"/api/v1/nodes/{new}", body={"spec": {"unschedulable": False}},
                 ctype="application/merge-patch+json")  # fmt: skip
@@ -279,3 +287,153 @@ def test_a_pod_whose_replicaset_was_deleted_with_orphan_needs_force(kubeconfig, 
     opts.force = True
     assert backend.evict_gpu_pods(node, RealClock(), opts) == "evicted 1 GPU pod(s)"
     cluster.raw("DELETE", f"/api/v1/namespaces/{ns}")
+
+
+class HoldingWebhook:
+    """STAND-IN for a slow admission webhook (served by the test, TLS from the control plane's
+    CA): it holds every request it is sent until `release` is set. A ConfigMap created in the
+    block holds the API server's only seat of a priority level for as long."""
+
+    def __init__(self, kube, unique: str):
+        crt, key = kube.cp.pki.issue(f"webhook-{unique}", "webhook", server=True, client=False,
+                                     ips=("127.0.0.1",))  # fmt: skip
+        self.ca = base64.b64encode(Path(kube.cp.pki.ca_cert).read_bytes()).decode()
+        self.entered, self.release = threading.Event(), threading.Event()
+        holder = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                holder.entered.set()
+                holder.release.wait(30)
+                body = json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                   "response": {"uid": review["request"]["uid"], "allowed": True}})  # fmt: skip
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(crt, key)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        self.url = f"https://127.0.0.1:{self.server.server_address[1]}/"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.release.set()
+        self.server.shutdown()
+
+
+def test_evictions_throttled_by_priority_and_fairness_wait_the_servers_retry_after(
+    kube, kubeconfig, unique
+):
+    """The API server's own priority and fairness throttles gpustack's evictions: a FlowSchema
+    sends its user's `create` of ConfigMaps and `pods/eviction` to a priority level with no
+    nominal seat, no borrowing and limit response Reject. While one of its ConfigMap creates
+    waits in an admission webhook (holding the one request the server lets through), the real
+    server answers each eviction 429 with Retry-After and no DisruptionBudget cause. gpustack
+    says "throttled", not "blocked by a PodDisruptionBudget", asks again only after the
+    server's Retry-After, and the eviction goes through once the seat is free. (gpustack runs
+    as a user of its own, impersonated by the admin: system:masters is always exempt.)"""
+    admin = connect(str(kubeconfig))
+    node, ns = _namespace_and_node(admin, unique, "throttled")
+    name = _replicaset(admin, ns, node, "train")
+    user = f"gpustack-{unique}"
+    rbac, apf = "/apis/rbac.authorization.k8s.io/v1", "/apis/flowcontrol.apiserver.k8s.io/v1"
+    hooks = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+    webhook = HoldingWebhook(kube, unique)
+    admin.raw("POST", f"{rbac}/clusterrolebindings", ctype=JSON, body={
+        "metadata": {"name": user},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                    "name": "cluster-admin"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]})  # fmt: skip
+    admin.raw("POST", f"{apf}/prioritylevelconfigurations", ctype=JSON, body={
+        "metadata": {"name": user},
+        "spec": {"type": "Limited", "limited": {
+            "nominalConcurrencyShares": 0, "lendablePercent": 0, "borrowingLimitPercent": 0,
+            "limitResponse": {"type": "Reject"}}}})  # fmt: skip
+    admin.raw("POST", f"{apf}/flowschemas", ctype=JSON, body={
+        "metadata": {"name": user},
+        "spec": {"priorityLevelConfiguration": {"name": user}, "matchingPrecedence": 2,
+                 "distinguisherMethod": {"type": "ByUser"},
+                 "rules": [{"subjects": [{"kind": "User", "user": {"name": user}}],
+                            "resourceRules": [{"verbs": ["create"], "apiGroups": [""],
+                                               "resources": ["configmaps", "pods/eviction"],
+                                               "namespaces": ["*"]}]}]}})  # fmt: skip
+    admin.raw("POST", hooks, ctype=JSON, body={
+        "metadata": {"name": user},
+        "webhooks": [{"name": "hold.gpustack.test", "admissionReviewVersions": ["v1"],
+                      "sideEffects": "None", "timeoutSeconds": 30, "failurePolicy": "Ignore",
+                      "clientConfig": {"url": webhook.url, "caBundle": webhook.ca},
+                      "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                      "rules": [{"operations": ["CREATE"], "apiGroups": [""],
+                                 "apiVersions": ["v1"], "resources": ["configmaps"]}]}]})  # fmt: skip
+    cluster = connect(str(kubeconfig))
+    cluster.api.set_default_header("Impersonate-User", user)
+    backend = KubernetesBackend(cluster, {node: node})
+    holder = connect(str(kubeconfig))
+    holder.api.set_default_header("Impersonate-User", user)
+
+    def hold_the_seat():
+        with contextlib.suppress(ApiException):
+            holder.raw("POST", f"/api/v1/namespaces/{ns}/configmaps", ctype=JSON, retries=0,
+                       body={"metadata": {"generateName": "hold-"}})  # fmt: skip
+
+    try:
+        # the webhook and APF objects take effect moments after their creation: until a held
+        # create is in the webhook and an eviction of a pod that does not exist is refused
+        # (classified before it is looked up) rather than answered 404
+        def throttled() -> bool:
+            if not webhook.entered.is_set():
+                threading.Thread(target=hold_the_seat, daemon=True).start()
+                webhook.entered.wait(1)
+            return bool(backend._evict_one(ns, "no-such-pod")[0])
+
+        wait_until(throttled, what="evictions throttled", timeout=30, interval=0.2)
+        message, wait = backend._evict_one(ns, name)
+        assert message.startswith(
+            "throttled by the API server (429 Too Many Requests; asked to retry after"
+        ), message
+        assert wait >= 1 and "PodDisruptionBudget" not in message
+        asked = []
+        original = backend._evict_one
+        backend._evict_one = lambda n, p: asked.append(time.monotonic()) or original(n, p)
+        opts = StepOptions(pod_deletion_timeout=2.5, poll=0.05)
+        with pytest.raises(StepFailed) as failed:
+            backend.evict_gpu_pods(node, RealClock(), opts)
+        assert f"{ns}/{name}: throttled by the API server (429" in str(failed.value)
+        # asked again only after the server's Retry-After, not at every 0.05 s poll
+        assert 2 <= len(asked) <= 4, asked
+        assert all(b - a >= wait * 0.9 for a, b in itertools.pairwise(asked)), asked
+        # any other request gpustack makes waits the server's Retry-After and asks again (up
+        # to client-go's 10 times), rather than failing the run at the first 429
+        created: dict = {}
+
+        def create_with_retries():
+            started = time.monotonic()
+            created["object"] = cluster.raw("POST", f"/api/v1/namespaces/{ns}/configmaps",
+                                            ctype=JSON, body={"metadata": {"generateName": "retried-"}})  # fmt: skip
+            created["seconds"] = time.monotonic() - started
+
+        retried = threading.Thread(target=create_with_retries)
+        retried.start()
+        threading.Timer(0.5, webhook.release.set).start()
+        opts.pod_deletion_timeout = 60
+        assert backend.evict_gpu_pods(node, RealClock(), opts) == "evicted 1 GPU pod(s)"
+        retried.join(30)
+        assert created["object"]["metadata"]["name"].startswith("retried-")
+        assert created["seconds"] >= wait * 0.9, created
+    finally:
+        webhook.close()
+        for client in (cluster, holder):
+            client.close()
+        for path in (f"{hooks}/{user}", f"{apf}/flowschemas/{user}",
+                     f"{apf}/prioritylevelconfigurations/{user}",
+                     f"{rbac}/clusterrolebindings/{user}", f"/api/v1/namespaces/{ns}"):  # fmt: skip
+            with contextlib.suppress(ApiException):
+                admin.raw("DELETE", path)
+        admin.close()

@@ -4,9 +4,12 @@ and the DaemonSet lookup that makes an orphan."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from gpustack.k8s.cluster.connect import backpressure, retry_after
 from gpustack.k8s.cluster.upgrade import (
     EVICT,
     LOCAL_STORAGE,
@@ -211,3 +214,55 @@ def test_a_pod_holding_an_nvidia_dra_device_is_a_gpu_pod(claim, expected):
 
 def test_a_device_plugin_gpu_pod_needs_no_claim():
     assert is_gpu_pod({"spec": GPU}) and not is_gpu_pod({"spec": {"containers": [{}]}})
+
+
+# -- back-pressure: a PodDisruptionBudget's refusal or the API server's throttling
+
+# The eviction API's 429 for a budget (k8s.io/kubernetes@v1.36.3 eviction.go), as the real
+# API server answered it in tests/kube/test_drain.py: no Retry-After, a DisruptionBudget cause.
+BUDGET_BODY = json.dumps({
+    "kind": "Status", "apiVersion": "v1", "status": "Failure",
+    "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+    "reason": "TooManyRequests",
+    "details": {"causes": [{"reason": "DisruptionBudget",
+                            "message": "The disruption budget trainer needs 1 healthy pods and "
+                                       "has 1 currently"}]},
+    "code": 429})  # fmt: skip
+# Priority and fairness's 429 (a rejected request): Retry-After, no cause.
+THROTTLE_BODY = json.dumps({
+    "kind": "Status", "apiVersion": "v1", "status": "Failure",
+    "message": "Too many requests, please try again later.", "reason": "TooManyRequests",
+    "details": {"retryAfterSeconds": 1}, "code": 429})  # fmt: skip
+
+
+class Refusing:
+    """TEST DOUBLE: answers every eviction with one 429."""
+
+    def __init__(self, body: str, headers: dict):
+        self.body, self.headers = body, headers
+
+    def raw(self, method, path, *args, **kw):
+        assert kw.get("retries") == 0, "an eviction is asked once per poll"
+        exc = ApiException(status=429, reason="Too Many Requests")
+        exc.body, exc.headers = self.body, self.headers
+        raise exc
+
+
+def test_a_budgets_refusal_is_told_from_the_servers_throttling():
+    budget = KubernetesBackend(Refusing(BUDGET_BODY, {}), {})
+    message, wait = budget._evict_one("ml", "train-0")
+    assert message == ("blocked by a PodDisruptionBudget: The disruption budget trainer needs "
+                       "1 healthy pods and has 1 currently") and wait == 0  # fmt: skip
+    throttled = KubernetesBackend(Refusing(THROTTLE_BODY, {"Retry-After": "1"}), {})
+    assert throttled._evict_one("ml", "train-0") == (
+        "throttled by the API server (429 Too Many Requests; asked to retry after 1 s)", 1)  # fmt: skip
+
+
+@pytest.mark.parametrize(("value", "seconds"), [("1", 1), (" 10 ", 10), ("0", 0), (None, None),
+                                                 ("Fri, 04 Dec 2026 10:00:00 GMT", None), ("-1", None)])  # fmt: skip
+def test_retry_after_is_read_as_client_go_reads_it(value, seconds):
+    assert retry_after(value) == seconds
+
+
+def test_backpressure_is_429_or_5xx():
+    assert backpressure(429) and backpressure(503) and not backpressure(409)

@@ -24,6 +24,12 @@ from gpustack.errors import BadInput, ExitCode, GpustackError
 FIELD_MANAGER = "gpustack"
 # (connect, read) seconds for every API call; waits poll, they never hold a request open.
 REQUEST_TIMEOUT = (5, 30)
+# An answer 429 or 5xx with a Retry-After header is asked again after that many seconds, up to
+# this many times: client-go's default (k8s.io/client-go@v0.36.1 rest/request.go maxRetries,
+# rest/with_retry.go checkWait), which kubectl and controllers run with. The API server's
+# priority and fairness sends Retry-After when it throttles; a PodDisruptionBudget's refusal
+# of an eviction sends none (or 10 s while the budget is being processed).
+MAX_RETRIES = 10
 _KUBECONFIG_HINT = (
     "check it with `kubectl --kubeconfig {path} config view`, or pass another --kubeconfig"
 )
@@ -81,27 +87,42 @@ class Cluster:
         return self._dynamic
 
     def raw(
-        self, method: str, path: str, query: list | None = None, body: Any = None, ctype: str = ""
+        self,
+        method: str,
+        path: str,
+        query: list | None = None,
+        body: Any = None,
+        ctype: str = "",
+        retries: int = MAX_RETRIES,
     ) -> Any:
         """One request; the JSON answer as plain dicts (camelCase, as in manifests).
 
-        Raises ApiException for an error status; callers wrap it with `call()`.
+        Back-pressure (429 or 5xx with Retry-After) is waited out and asked again up to
+        `retries` times, as client-go does. Raises ApiException for an error status; callers
+        wrap it with `call()`.
         """
         headers = {"Accept": "application/json"}
         if ctype:
             headers["Content-Type"] = ctype
-        serialized = self.api.param_serialize(
-            method,
-            path,
-            query_params=query or [],
-            header_params=headers,
-            body=body,
-            auth_settings=["BearerToken"],
-        )
-        response = self.api.call_api(*serialized, _request_timeout=REQUEST_TIMEOUT)
-        response.read()
-        if response.status >= 400:
-            raise ApiException(http_resp=response)
+        attempt = 0
+        while True:
+            serialized = self.api.param_serialize(
+                method,
+                path,
+                query_params=query or [],
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+            )
+            response = self.api.call_api(*serialized, _request_timeout=REQUEST_TIMEOUT)
+            response.read()
+            if response.status < 400:
+                break
+            wait = retry_after(response.getheader("Retry-After"))
+            if wait is None or attempt >= retries or not backpressure(response.status):
+                raise ApiException(http_resp=response)
+            attempt += 1
+            time.sleep(wait)
         text = response.data or b""
         if "json" not in (response.getheader("Content-Type") or "json"):
             return text.decode("utf-8", "replace")
@@ -125,6 +146,20 @@ class Cluster:
     def close(self) -> None:
         shutil.rmtree(self._tmp, ignore_errors=True)
         self.api.close()
+
+
+def backpressure(status: int) -> bool:
+    """Pure: an answer that may carry Retry-After worth waiting for (client-go's checkWait)."""
+    return status == 429 or status >= 500
+
+
+def retry_after(value: str | None) -> int | None:
+    """Pure: the seconds of a Retry-After header (an integer, as client-go reads it)."""
+    try:
+        seconds = int(str(value).strip())
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None
 
 
 def connect(kubeconfig: str | None, *, required: bool = True) -> Cluster | None:

@@ -24,7 +24,15 @@ from kubernetes.client.exceptions import ApiException
 from gpustack.ansible.input_specs import is_true
 from gpustack.errors import BadInput
 from gpustack.k8s.cluster import dra, gpu_resources
-from gpustack.k8s.cluster.connect import Cluster, call, check_reachable, connect, status_message
+from gpustack.k8s.cluster.connect import (
+    Cluster,
+    backpressure,
+    call,
+    check_reachable,
+    connect,
+    retry_after,
+    status_message,
+)
 from gpustack.k8s.cluster.gpu_resources import GPU_PREFIXES
 from gpustack.k8s.cluster.nodes import MERGE_PATCH, find_nodes, node_name_for
 from gpustack.k8s.cluster.pause import ClientPause
@@ -351,12 +359,16 @@ class KubernetesBackend:
         pending = {_ref(p): p["metadata"].get("uid") for p in pods}
         blocked: dict[tuple[str, str], str] = {}
         accepted: set[tuple[str, str]] = set()  # evicted: wait for them to go, ask no more
+        not_before: dict[tuple[str, str], float] = {}  # throttled: the server's Retry-After
         start = clock.now()
         while True:
             for ns, pod in [ref for ref in pending if ref not in accepted]:
-                message = self._evict_one(ns, pod)
+                if clock.now() < not_before.get((ns, pod), 0):
+                    continue
+                message, wait = self._evict_one(ns, pod)
                 if message:
                     blocked[(ns, pod)] = message
+                    not_before[(ns, pod)] = clock.now() + wait
                 else:
                     blocked.pop((ns, pod), None)
                     accepted.add((ns, pod))
@@ -376,8 +388,11 @@ class KubernetesBackend:
                 )
             clock.sleep(opts.poll)
 
-    def _evict_one(self, ns: str, pod: str) -> str:
-        """Ask for one eviction; returns why it was refused ("" when accepted or gone)."""
+    def _evict_one(self, ns: str, pod: str) -> tuple[str, float]:
+        """Ask for one eviction once; returns why it was refused ("" when accepted or gone)
+        and how long to wait before asking again (the server's Retry-After; 0: next poll).
+        A PodDisruptionBudget's refusal names its budget (a cause of type DisruptionBudget);
+        any other 429 or 5xx with Retry-After is the API server's back-pressure."""
         body = {
             "apiVersion": "policy/v1",
             "kind": "Eviction",
@@ -386,15 +401,24 @@ class KubernetesBackend:
         try:
             self.cluster.raw(
                 "POST", f"/api/v1/namespaces/{ns}/pods/{pod}/eviction", body=body,
-                ctype="application/json",
+                ctype="application/json", retries=0,
             )  # fmt: skip
         except ApiException as exc:
             if exc.status == 404:
-                return ""
-            if exc.status == 429:
-                return _budget_message(exc)
+                return "", 0
+            wait = retry_after((exc.headers or {}).get("Retry-After"))
+            if exc.status == 429 and _budget_refusal(exc):
+                return _budget_message(exc), wait or 0
+            if backpressure(exc.status) and wait is not None:
+                return (
+                    f"throttled by the API server ({exc.status} {exc.reason}; "
+                    f"asked to retry after {wait} s)",
+                    wait,
+                )
+            if exc.status == 429:  # no cause, no Retry-After: treated as back-pressure too
+                return f"throttled by the API server (429 {exc.reason})", 0
             raise StepFailed(f"eviction of {ns}/{pod}: {status_message(exc)}") from None
-        return ""
+        return "", 0
 
     def _gpus(self, host: str) -> tuple[dict[str, Any], int, list[dict[str, Any]]]:
         """The node, its GPUs, and (DRA) the devices NVIDIA's DRA driver publishes for it: under
@@ -489,11 +513,24 @@ def refusal_message(refused: dict[str, list[str]], what: str) -> str:
     return "; ".join(parts)
 
 
-def _budget_message(exc: ApiException) -> str:
+def _status_body(exc: ApiException) -> dict[str, Any]:
     try:
         body = json.loads(exc.body or "{}")
     except (TypeError, ValueError):
-        body = {}
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _budget_refusal(exc: ApiException) -> bool:
+    """The eviction API's refusal for a PodDisruptionBudget: a cause of type DisruptionBudget
+    (k8s.io/kubernetes@v1.36.3 pkg/registry/core/pod/storage/eviction.go; a StatusCause's
+    type is `reason` in JSON)."""
+    causes = (_status_body(exc).get("details") or {}).get("causes") or []
+    return any(c.get("reason") == "DisruptionBudget" for c in causes)
+
+
+def _budget_message(exc: ApiException) -> str:
+    body = _status_body(exc)
     causes = (body.get("details") or {}).get("causes") or []
     detail = "; ".join(c.get("message", "") for c in causes if c.get("message"))
     base = body.get("message") or "eviction refused (429)"
