@@ -381,6 +381,15 @@ def upgrade(
     pod_deletion_timeout: PodDeletionTimeout = 300,
     force: Force = False,
     delete_emptydir_data: DeleteEmptyDirData = False,
+    drain_pod_selector: Annotated[
+        str,
+        typer.Option(
+            "--pod-selector",
+            metavar="SELECTOR",
+            help="With --drain: drain only pods matching this label selector, as kubectl "
+            "drain (GPU pods always leave).",
+        ),
+    ] = "",
     drain_timeout: Annotated[
         float,
         typer.Option(
@@ -433,7 +442,7 @@ def upgrade(
         force, drain_timeout, validation_timeout, max_failures, resume, retry_failed, dry_run,
         kubeconfig, common["limit"], common["extra_vars"], common["output_"], common["report"],
         common["verbose"], wait, common["forks"], _vault(common),
-        delete_emptydir_data=delete_emptydir_data,
+        delete_emptydir_data=delete_emptydir_data, drain_pod_selector=drain_pod_selector,
     )  # fmt: skip
     _exit(run_upgrade(options))
 

@@ -44,6 +44,7 @@ class StepOptions:
     pod_deletion_timeout: float = 300
     force: bool = False  # also evict pods no controller (or a gone DaemonSet) manages
     delete_emptydir_data: bool = False  # also evict pods with emptyDir volumes (data lost)
+    drain_pod_selector: str = ""  # the drain step takes only pods matching it (kubectl's)
     drain_timeout: float = 300
     validation_timeout: float = 600
     poll: float = 2.0

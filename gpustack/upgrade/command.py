@@ -56,6 +56,7 @@ class UpgradeOptions:
     forks: int | None = None  # refused: every playbook run of an upgrade has one host
     vault: VaultOptions = field(default_factory=VaultOptions)
     delete_emptydir_data: bool = False
+    drain_pod_selector: str = ""  # kubectl drain --pod-selector: which other pods --drain takes
 
 
 def _target(opts: UpgradeOptions, extravars: dict[str, Any]) -> Target:
@@ -108,6 +109,11 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None, target_check=None) 
         extravars["nvidia_driver_branch"] = target.branch
     # The node is drained: loading the new driver by a reboot, when needed, is safe now.
     extravars.setdefault("nvidia_driver_reboot", "if_needed")
+    if opts.drain_pod_selector and not opts.drain:
+        raise BadInput(
+            "--pod-selector chooses which pods --drain evicts: it needs --drain",
+            "add --drain, or leave --pod-selector out (GPU pods are evicted either way)",
+        )
     # the same checks as every command: role inputs of -e and of the inventory, kubeconfig
     inventory, extravars, kubeconfig = invocation(
         opts.inventory,
@@ -119,7 +125,8 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None, target_check=None) 
     if not kubeconfig:
         cluster_only = (("--drain", opts.drain), ("--force", opts.force),
                         ("--delete-emptydir-data", opts.delete_emptydir_data),
-                        ("--wait-for-jobs", bool(opts.pod_selector)))  # fmt: skip
+                        ("--wait-for-jobs", bool(opts.pod_selector)),
+                        ("--pod-selector", bool(opts.drain_pod_selector)))  # fmt: skip
         given = [flag for flag, on in cluster_only if on]
         if given:
             raise BadInput(
@@ -130,6 +137,9 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None, target_check=None) 
         resolve_max_unavailable(opts.max_unavailable, len(inventory.hosts)), opts.max_parallel
     )
     backend = _backend(kubeconfig, inventory, extravars)
+    if kubeconfig:  # refused by the API server before any node is touched
+        backend.check_selectors({"--wait-for-jobs": opts.pod_selector,
+                                 "--pod-selector": opts.drain_pod_selector})  # fmt: skip
     # The state is read under the host locks: a second run (e.g. two --resume) waits or is
     # refused before it reads a record the first is still writing (gpustack/ansible/locks.py).
     with host_locks(opts, inventory, check=opts.dry_run):
@@ -162,6 +172,7 @@ def run_upgrade(opts: UpgradeOptions, upgrader_factory=None, target_check=None) 
                 pod_deletion_timeout=opts.pod_deletion_timeout,
                 force=opts.force,
                 delete_emptydir_data=opts.delete_emptydir_data,
+                drain_pod_selector=opts.drain_pod_selector,
                 drain_timeout=opts.drain_timeout,
                 validation_timeout=opts.validation_timeout,
             ),

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from gpustack.errors import BadInput
 from gpustack.k8s.cluster.connect import connect
 from gpustack.k8s.cluster.upgrade import MIRROR_ANNOTATION, KubernetesBackend
 from gpustack.upgrade.backend import StepFailed, StepOptions
@@ -437,3 +438,32 @@ def test_evictions_throttled_by_priority_and_fairness_wait_the_servers_retry_aft
             with contextlib.suppress(ApiException):
                 admin.raw("DELETE", path)
         admin.close()
+
+
+def test_drain_takes_only_the_pods_its_selector_matches_and_a_bad_selector_is_refused_first(
+    kubeconfig, unique
+):
+    """kubectl drain --pod-selector: the drain step evicts only the other pods that match;
+    GPU pods leave whatever it says. A selector the API server cannot parse is bad input before
+    any node is touched."""
+    cluster = connect(str(kubeconfig))
+    node, ns = _namespace_and_node(cluster, unique, "selected")
+    for app in ("web", "cache"):
+        cluster.raw("POST", f"/apis/apps/v1/namespaces/{ns}/replicasets", ctype=JSON, body={
+            "metadata": {"name": app}, "spec": {"replicas": 1, "selector": {"matchLabels": {"app": app}},
+            "template": {"metadata": {"labels": {"app": app}}, "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": node},
+                "containers": [{"name": "c", "image": f"{app}:1"}]}}}})  # fmt: skip
+    wait_until(lambda: len(running_pods(cluster, ns)) == 2, what="web and cache Running")
+    backend = KubernetesBackend(cluster, {node: node})
+    with pytest.raises(BadInput) as bad:
+        backend.check_selectors({"--pod-selector": "app in (web"})
+    assert bad.value.message.startswith("--pod-selector 'app in (web': 400 ")
+    opts = StepOptions(drain=True, drain_pod_selector="app=web", poll=0.2, drain_timeout=30)
+    backend.cordon(node, RealClock(), opts)
+
+    assert backend.drain(node, RealClock(), opts) == "evicted 1 pod(s)"
+    left = {p["metadata"]["labels"]["app"] for p in backend.pods_on(node)}
+    assert left == {"cache"}, left
+    cluster.raw("DELETE", f"/api/v1/namespaces/{ns}")
+    cluster.close()

@@ -280,6 +280,21 @@ CASES: list[tuple[str, list[str], str, int, dict[str, str]]] = [
         {},
     ),
     (
+        "upgrade-pod-selector-host-only",
+        ["upgrade", I, "--driver-version", "535.1-1", "--drain", "--pod-selector", "app=web"],
+        "--drain, --pod-selector only apply with a cluster",
+        2,
+        {},
+    ),
+    (
+        "upgrade-pod-selector-without-drain",
+        ["upgrade", I, "--driver-version", "535.1-1", "--pod-selector", "app=web",
+         "--kubeconfig", f"{T}/kubeconfig"],
+        "--pod-selector chooses which pods --drain evicts: it needs --drain",
+        2,
+        {},
+    ),
+    (
         "upgrade-retry-failed",
         ["upgrade", I, "--driver-version", "535.1-1", "--retry-failed"],
         "--retry-failed only applies with --resume",

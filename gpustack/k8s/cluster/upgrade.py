@@ -303,7 +303,8 @@ class KubernetesBackend:
         return self._evict(name, pods, clock, opts, opts.pod_deletion_timeout, "GPU pod")
 
     def drain(self, name: str, clock: Clock, opts: StepOptions) -> str:
-        pods = [p for p in self.pods_on(name) if not _terminal(p)]
+        selector = opts.drain_pod_selector or None  # kubectl drain --pod-selector
+        pods = [p for p in self.pods_on(name, labelSelector=selector) if not _terminal(p)]
         pods = self._to_evict(pods, opts, "pod")
         return self._evict(name, pods, clock, opts, opts.drain_timeout, "pod")
 
@@ -318,6 +319,25 @@ class KubernetesBackend:
             except ApiException:
                 found[name] = None
         return found
+
+    def check_selectors(self, selectors: dict[str, str]) -> None:
+        """BadInput for a label selector (option -> selector) the API server does not parse,
+        before anything changes: one list call of at most one pod each."""
+        for option, selector in selectors.items():
+            if not selector:
+                continue
+            try:
+                self.cluster.raw("GET", "/api/v1/pods", [("labelSelector", selector), ("limit", 1)])
+            except ApiException as exc:
+                if exc.status != 400:
+                    raise BadInput(
+                        f"cannot list pods: {status_message(exc)}",
+                        "check the kubeconfig's permissions (RBAC)",
+                    ) from None
+                raise BadInput(
+                    f"{option} {selector!r}: {status_message(exc)}",
+                    "a label selector as kubectl takes it, e.g. app=train or 'tier in (batch)'",
+                ) from None
 
     def pause_gpu_clients(self, name: str, clock: Clock, opts: StepOptions) -> str:
         return self.clients.pause(name, clock, opts)
