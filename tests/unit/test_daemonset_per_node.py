@@ -192,6 +192,35 @@ def test_the_nodes_own_broken_pod_fails_it_and_names_the_node():
                                        "on gpu2: pod plugin-gpu2")  # fmt: skip
 
 
+def test_a_rollout_that_keeps_progressing_is_waited_for_beyond_the_timeout():
+    """Ten nodes whose pods get ready one every 6 s: 60 s in all, with a 10 s timeout. Each
+    node's progress restarts the timeout; once nothing progresses for 10 s the wait ends."""
+    nodes = [f"gpu{i}" for i in range(10)]
+    for node in nodes:
+        LABELS.setdefault(node, {"deploy.nvidia-device-plugin": "true"})
+    clock = Clock()
+    cluster = FakeCluster([daemonset()], [])
+
+    def kubelet(look):  # one more node's pod Ready every 6 looks (a look a second)
+        up = nodes[: min(len(nodes), look // 6 + 1)]
+        cluster.pods = [pod(n) for n in up] + [pod(n, ready=False) for n in nodes if n not in up]
+
+    cluster.on_look = kubelet
+    [result] = wait(cluster, nodes=nodes, clock=clock)
+    assert result.ready, result.message
+    assert 54 <= clock.t <= 60
+
+    def stalls(look):  # three nodes, then nothing more
+        up = nodes[: min(3, look // 6 + 1)]
+        cluster.pods = [pod(n) for n in up] + [pod(n, ready=False) for n in nodes if n not in up]
+
+    cluster, clock = FakeCluster([daemonset()], []), Clock()
+    cluster.on_look = stalls
+    [result] = wait(cluster, nodes=nodes, clock=clock)
+    assert not result.ready and len(result.problems) == 7
+    assert result.message.startswith("not ready after 22 s, the last 10 s without progress: ")
+
+
 def test_a_pod_just_ready_is_watched_for_the_steady_seconds():
     fresh = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     cluster = FakeCluster([daemonset()], [pod("gpu1", since=fresh)])

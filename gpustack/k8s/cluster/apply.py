@@ -443,7 +443,10 @@ def wait_daemonsets(
     timeout: float,
     clock: Clock | None = None,
 ) -> list[RolloutResult]:
-    """Poll until every DaemonSet is ready on each labelled node it selects, or `timeout`.
+    """Poll until every DaemonSet is ready on each labelled node it selects, or until
+    `timeout` seconds pass without progress: a rollout across many nodes may take longer
+    than `timeout` in all, as long as one more (DaemonSet, node) gets ready within each
+    `timeout` seconds (a fixed total failed large fleets that were still progressing).
 
     Each node is judged by its own pod (the GPU Operator's validator works per node too): a
     pod of the current template, Ready for STEADY_SECONDS. A pod not ready on a node outside
@@ -452,8 +455,9 @@ def wait_daemonsets(
     A DaemonSet that does not exist ends the wait at once (nothing will create it).
     """
     clock = clock or Clock()
-    start = clock.now()
+    start = progressed = clock.now()
     steady: dict[tuple[str, str], tuple[tuple, float]] = {}
+    most_ready = 0  # the most (DaemonSet, node) pairs seen ready at once
     while True:
         results, missing = [], False
         for name in names:
@@ -465,13 +469,19 @@ def wait_daemonsets(
                 continue
             nodes = [n for n, labels in node_labels.items() if _selects(ds, labels)]
             results.append(_rollout(cluster, ds, nodes, steady, clock.now(), time.time()))
-        if all(r.ready for r in results) or missing or clock.now() - start >= timeout:
+        now = clock.now()
+        ready = sum(len(r.nodes) - len(r.problems) for r in results)
+        if ready > most_ready:
+            most_ready, progressed = ready, now
+        if all(r.ready for r in results) or missing or now - progressed >= timeout:
+            waited = now - start
+            after = f"not ready after {timeout:.0f} s"
+            if waited > timeout + POLL_SECONDS:  # it progressed, then stalled
+                after = f"not ready after {waited:.0f} s, the last {timeout:.0f} s without progress"
             for r in results:
                 if not r.ready and not r.message.startswith("not found"):
-                    r.message = f"not ready after {timeout:.0f} s: {r.message}"
-                    r.problems = {
-                        n: f"not ready after {timeout:.0f} s: {p}" for n, p in r.problems.items()
-                    }
+                    r.message = f"{after}: {r.message}"
+                    r.problems = {n: f"{after}: {p}" for n, p in r.problems.items()}
             return results
         clock.sleep(POLL_SECONDS)
 
@@ -479,7 +489,6 @@ def wait_daemonsets(
 # ----------------------------------------------------------------------------- removal
 
 
-# The GPU allocators gpustack can deploy (gpustack_k8s_gpu_allocation); one runs at a time.
 def prune(
     cluster: Cluster,
     namespace: str,
