@@ -73,8 +73,12 @@ def run_module(
     bin_dir = work / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
     for name, text in (fakes or {}).items():
-        (bin_dir / name).write_text(text)
-        (bin_dir / name).chmod(0o755)
+        # written aside and renamed into place: a background job a previous call started may be
+        # executing the old script, and rewriting it in place fails that exec with ETXTBSY
+        part = bin_dir / f".{name}.part"
+        part.write_text(text)
+        part.chmod(0o755)
+        os.replace(part, bin_dir / name)
     args_file = work / "args.json"
     args_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
     search = f"{bin_dir}{os.pathsep}{os.environ['PATH'] if path is None else path}"
