@@ -9,6 +9,13 @@ pkg/kubelet/cm/devicemanager/manager.go `GetCapacity`). It reads the host's GPUs
 plugin pod starts (the real plugin enumerates NVML once): a plugin that was not restarted goes on
 advertising the old layout. Nothing about NVIDIA's plugin or a real GPU is proven by it.
 
+`DraKubeletPlugin` stands in for NVIDIA's DRA kubelet plugin (gpustack_k8s_gpu_allocation=dra)
+the same way: while a pod of gpustack's DRA kubelet plugin DaemonSet runs Ready on the node, the
+node's ResourceSlice lists the host's GPUs as that pod found them when it started, each GPU not in
+MIG mode whole (`type=gpu`) and each MIG device with its profile (`type=mig`), the attributes of
+NVIDIA/k8s-dra-driver-gpu@22407113 cmd/gpu-kubelet-plugin/deviceinfo.go and mig.go (static MIG);
+while none runs, the slice is gone (the kubelet withdraws an unregistered plugin's slices).
+
 `MigVerificationPods` stands in for the container of install's verification pod on such a node:
 `nvidia-smi -L` as a container given the one unit its pod asked for prints it (the GPU the host
 facts name and, when the host's GPU is in MIG mode, one MIG device: of the profile a
@@ -34,8 +41,9 @@ from collections.abc import Callable
 
 from gpustack.fleet.mig import MigOutcome
 from gpustack.k8s.cluster.connect import connect
-from gpustack.k8s.cluster.status import DEVICE_PLUGIN_SELECTOR
+from gpustack.k8s.cluster.status import DEVICE_PLUGIN_SELECTOR, DRA_PLUGIN_SELECTOR
 from gpustack.k8s.cluster.upgrade import is_gpu_pod
+from gpustack.k8s.manifests import DRA_DRIVER
 from tests.kube.operand_stand_ins import AdmittingVerificationPods
 from tests.kube.stand_ins import Outcome
 from tests.unit.mig_local import FixtureNode
@@ -161,6 +169,68 @@ class DevicePlugin:
             body = {"status": {"allocatable": want_alloc, "capacity": want_cap}}
             self.cluster.raw("PATCH", f"/api/v1/nodes/{self.node}/status", body=body,
                              ctype="application/merge-patch+json")  # fmt: skip
+
+
+def dra_devices(gpus: HostGpus, uuids: list[str]) -> list[dict]:
+    """The devices NVIDIA's DRA kubelet plugin publishes for these GPUs (static MIG)."""
+    devices = []
+    for minor, ((on, profiles), uuid) in enumerate(zip(gpus, uuids, strict=True)):
+        if not on:
+            attributes = {"type": {"string": "gpu"}, "uuid": {"string": uuid}}
+            devices.append({"name": f"gpu-{minor}", "attributes": attributes})
+        for index, profile in enumerate(profiles if on else []):
+            attributes = {"type": {"string": "mig"}, "parentUUID": {"string": uuid},
+                          "profile": {"string": profile},
+                          "uuid": {"string": f"MIG-{uuid[4:12]}-0000-0000-0000-{index:012d}"}}  # fmt: skip
+            devices.append({"name": f"gpu-{minor}-mig-{index}", "attributes": attributes})
+    return devices
+
+
+class DraKubeletPlugin(DevicePlugin):
+    """STAND-IN for NVIDIA's DRA kubelet plugin on kwok node `node` (see the module doc)."""
+
+    RES = "/apis/resource.k8s.io/v1/resourceslices"
+
+    def __init__(self, kubeconfig: str, node: str, namespace: str,
+                 host_gpus: Callable[[], HostGpus], uuids: list[str]):  # fmt: skip
+        super().__init__(kubeconfig, node, namespace, host_gpus)
+        self.uuids = uuids
+        self.published: dict[str, list[dict]] = {}  # plugin pod uid -> its devices
+        self.written = ""  # the uid of the plugin pod whose devices the slice lists
+
+    def devices(self) -> list[dict]:
+        """The devices in the node's slices now."""
+        slices = self.cluster.list_all(self.RES, "list slices",
+                                       fieldSelector=f"spec.nodeName={self.node}")  # fmt: skip
+        return [d for s in slices for d in s["spec"].get("devices") or []]
+
+    def sync(self) -> None:
+        pods = self.cluster.list_all(
+            f"/api/v1/namespaces/{self.namespace}/pods", "list plugin pods",
+            labelSelector=DRA_PLUGIN_SELECTOR, fieldSelector=f"spec.nodeName={self.node}",
+        )  # fmt: skip
+        serving = [p for p in pods if _serving(p)]
+        slices = self.cluster.list_all(self.RES, "list slices",
+                                       fieldSelector=f"spec.nodeName={self.node}")  # fmt: skip
+        if not serving:
+            for item in slices:
+                self.cluster.raw("DELETE", f"{self.RES}/{item['metadata']['name']}")
+            return
+        uid = serving[0]["metadata"]["uid"]
+        if uid not in self.published:  # a plugin starting: it enumerates the GPUs once
+            self.published[uid] = dra_devices(self.host_gpus(), self.uuids)
+        if self.written == uid and slices:
+            return
+        for item in slices:
+            self.cluster.raw("DELETE", f"{self.RES}/{item['metadata']['name']}")
+        body = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                "metadata": {"generateName": f"{self.node}-{DRA_DRIVER}-"},
+                "spec": {"driver": DRA_DRIVER, "nodeName": self.node,
+                         "pool": {"name": self.node, "generation": len(self.published),
+                                  "resourceSliceCount": 1},
+                         "devices": self.published[uid]}}  # fmt: skip
+        self.cluster.raw("POST", self.RES, body=body, ctype="application/json")
+        self.written = uid
 
 
 class MigVerificationPods(AdmittingVerificationPods):

@@ -46,6 +46,7 @@ from tests.builders import gpu_facts, inventory, run_result, uuids_for
 from tests.conftest import wait_until
 from tests.kube.mig_stand_ins import (
     DevicePlugin,
+    DraKubeletPlugin,
     FixtureMigApplier,
     MigVerificationPods,
     fixture_gpus,
@@ -253,7 +254,9 @@ def test_label_drives_pending_then_success_and_the_node_advertises_the_layout(
     )
     # the plugin restarted on the new layout and advertises what the fixture holds
     assert mig_node.gpu_allocatable() == {"nvidia.com/mig-1g.10gb": "7"}
-    assert "node advertises the layout (nvidia.com/mig-1g.10gb: 7)" in result.steps
+    assert (
+        "node advertises the layout in its allocatable (nvidia.com/mig-1g.10gb: 7)" in result.steps
+    )
     assert len(mig_node.plugin_pods()) == 1
     assert len(mig_node.plugin.registered) == 2  # the plugin pod before and the one after
     assert [c[2] for c in mig_node.applier.calls] == [True, False]
@@ -462,6 +465,49 @@ def test_the_flow_uses_the_strategy_the_device_plugin_runs_with(mig_node, tmp_pa
     _, strategy = connect_backend(str(mig_node.kubeconfig), inv,
                                   {**ns, "gpustack_k8s_mig_strategy": "single"})  # fmt: skip
     assert strategy == "single"
+
+
+def test_under_dra_the_layout_is_checked_in_the_resource_slices(kubeconfig, unique, tmp_path):
+    """gpustack_k8s_gpu_allocation=dra: the DRA kubelet plugin is paused with the other clients,
+    and the new layout is read from the node's ResourceSlices (DRA advertises no allocatable
+    GPU resource), counted by profile whatever gpustack_k8s_mig_strategy says."""
+    cluster = connect(str(kubeconfig))
+    name, namespace = f"gpu-{unique}", f"gs-{unique}"
+    ready_kwok_node(cluster, name)
+    fixture = FixtureNode(tmp_path / "host", ["H100-SXM5-80GB"])
+    plugin = DraKubeletPlugin(str(kubeconfig), name, namespace, lambda: fixture_gpus(fixture),
+                              uuids_for(name, 1)).start()  # fmt: skip
+    settings = {"gpustack_k8s_namespace": namespace, "gpustack_k8s_gpu_allocation": "dra",
+                "gpustack_k8s_mig_strategy": "single"}  # fmt: skip
+    try:
+        install_operands(cluster, name, settings)
+        backend, strategy = connect_backend(str(kubeconfig), inventory(tmp_path, [name]), settings)
+        assert (backend.nodes.dra, strategy) == (True, "mixed")
+        wait_until(lambda: len(plugin.devices()) == 1, "the plugin to publish the GPU", WAIT, 0.05)
+        cluster.raw("PATCH", f"/api/v1/nodes/{name}", ctype=MERGE,
+                    body={"metadata": {"labels": {CONFIG_LABEL: "all-1g.10gb"}}})  # fmt: skip
+        applier = FixtureMigApplier(str(kubeconfig), {name: fixture})
+
+        result = reconfigure_node(name, backend, applier, Clock(), OPTS, strategy)
+
+        assert (result.state, result.states) == ("success", ["pending", "success"]), result
+        assert any(s.startswith("paused GPU clients (") and "dra-driver" in s
+                   for s in result.steps), result.steps  # fmt: skip
+        assert (
+            "node advertises the layout in its ResourceSlices of gpu.nvidia.com "
+            "(nvidia.com/mig-1g.10gb: 7)" in result.steps
+        ), result.steps
+        profiles = [d["attributes"]["profile"]["string"] for d in plugin.devices()]
+        assert profiles == ["1g.10gb"] * 7
+        assert len(plugin.published) == 2  # the plugin pod before and the one after
+        labels = cluster.get(f"/api/v1/nodes/{name}", "read node")["metadata"]["labels"]
+        assert labels["nvidia.com/gpu.deploy.dra-driver"] == "true"
+    finally:
+        plugin.stop()
+        with contextlib.suppress(Exception):
+            cluster.raw("DELETE", f"/api/v1/namespaces/{namespace}")
+        cluster.raw("DELETE", f"/api/v1/nodes/{name}")
+        cluster.close()
 
 
 def test_verification_fails_when_the_advertised_mig_devices_differ_from_the_layout(

@@ -113,6 +113,21 @@ def covered_gpus(devices: list[dict[str, Any]]) -> set[str]:
     return found
 
 
+def device_counts(devices: list[dict[str, Any]]) -> dict[str, int]:
+    """The devices counted by the names the device plugin's mixed strategy gives them: a whole
+    GPU (`type=gpu`) as nvidia.com/gpu, a MIG device (`type=mig`) as nvidia.com/mig-<profile>
+    (NVIDIA/k8s-dra-driver-gpu@22407113 cmd/gpu-kubelet-plugin/mig.go `CommonAttributesMig`)."""
+    counts: dict[str, int] = {}
+    for device in devices:
+        kind = attribute(device, "type")
+        name = (
+            "nvidia.com/gpu" if kind == "gpu" else f"nvidia.com/mig-{attribute(device, 'profile')}"
+        )
+        if kind in ("gpu", "mig"):
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
 # -- verification ----------------------------------------------------------------------------
 
 

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpustack.fleet.mig import CONFIG_LABEL, STATE_LABEL, resource_drift
+from gpustack.k8s.cluster import dra
 from gpustack.k8s.cluster.apply import get_daemonset
 from gpustack.k8s.cluster.pause import ClientPause
 from gpustack.k8s.cluster.upgrade import KubernetesBackend
@@ -88,20 +89,28 @@ class MigKubernetesBackend:
     def check_resources(
         self, host: str, expected: Mapping[str, int], clock: Clock, opts: StepOptions
     ) -> str:
-        """Wait until the node's allocatable GPU resources equal what the layout gives."""
+        """Wait until the node's GPU resources equal what the layout gives: its allocatable, or
+        under DRA the devices NVIDIA's kubelet plugin publishes in its ResourceSlices (which
+        the device plugin's resources never reach)."""
         start = clock.now()
+        where = f"ResourceSlices of {dra.DRA_DRIVER}" if self.nodes.dra else "allocatable"
         while True:
-            node = self.nodes.read_node(host)
-            drift = resource_drift(expected, (node.get("status") or {}).get("allocatable") or {})
+            drift = resource_drift(expected, self._advertised(host))
             if not drift:
                 shown = ", ".join(f"{k}: {v}" for k, v in sorted(expected.items())) or "none"
-                return f"node advertises the layout ({shown})"
+                return f"node advertises the layout in its {where} ({shown})"
             if clock.now() - start >= opts.validation_timeout:
                 raise StepFailed(
-                    f"node {self.nodes.node_names[host]} advertises {drift} after "
-                    f"{opts.validation_timeout:g} s"
+                    f"node {self.nodes.node_names[host]} advertises {drift} in its {where} "
+                    f"after {opts.validation_timeout:g} s"
                 )
             clock.sleep(opts.poll)
+
+    def _advertised(self, host: str) -> Mapping[str, Any]:
+        if not self.nodes.dra:
+            return (self.nodes.read_node(host).get("status") or {}).get("allocatable") or {}
+        devices = dra.node_devices(self.nodes.cluster).get(self.nodes.node_names[host], [])
+        return dra.device_counts(devices)
 
 
 def deployed_strategy(cluster, namespace: str) -> str | None:
@@ -119,12 +128,15 @@ def deployed_strategy(cluster, namespace: str) -> str | None:
 
 def connect_backend(kubeconfig: str, inventory, extravars) -> tuple[MigKubernetesBackend, str]:
     """The cluster, every inventory host's Node (BadInput when one is missing), and the MIG
-    strategy the device plugin runs with (as deployed; else as configured)."""
+    strategy the device plugin runs with (as deployed; else as configured). Under DRA the
+    layout is counted as the mixed strategy names it: one kind of device per MIG profile."""
     from gpustack.k8s.manifests import config_from_inventory
 
     nodes = KubernetesBackend.from_kubeconfig(
         kubeconfig, inventory, {**extravars, "gpustack_upgrade_verify_pod": "false"}
     )
     configured = config_from_inventory(inventory, extravars)
+    if nodes.dra:  # each MIG device is published with its profile, whatever the strategy says
+        return MigKubernetesBackend(nodes), "mixed"
     strategy = deployed_strategy(nodes.cluster, configured.namespace) or configured.mig_strategy
     return MigKubernetesBackend(nodes), strategy
