@@ -76,6 +76,8 @@ def kubelet_config(pod_cidr: str) -> dict:
         "failCgroupV1": False,
         "failSwapOn": False,
         "podCIDR": pod_cidr,
+        # static pods from where kubeadm's nodes keep them (`kubectl drain` skips their mirror pods)
+        "staticPodPath": "/etc/kubernetes/manifests",
         "resolvConf": "/etc/resolv.conf",
         # The nodes share the build machine's disk and memory: no eviction by pressure or
         # image garbage collection in a throwaway lab.
@@ -319,7 +321,8 @@ def join(
         (work / "kubelet.service").write_text(
             UNIT.format(version=components.KUBERNETES_VERSION, node=node, lab=lab)
         )
-        _exec(container, f"mkdir -p /etc/kubernetes/pki {KUBELET_DIR} /etc/cni/net.d")
+        _exec(container, f"mkdir -p /etc/kubernetes/pki /etc/kubernetes/manifests {KUBELET_DIR} "
+              "/etc/cni/net.d")
         _copy(container, cp.pki.ca_cert, "/etc/kubernetes/pki/ca.crt")
         _copy(container, work / "kubelet.conf", "/etc/kubernetes/kubelet.conf")
         _copy(container, work / "config.yaml", f"{KUBELET_DIR}/config.yaml")

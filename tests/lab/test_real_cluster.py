@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from gpustack.lab import kubelets, operand_images
+from gpustack.upgrade.state import FileStateStore
 from tests.conftest import run_cli, wait_until
 from tests.fixtures import lab_fixtures
 
@@ -291,13 +292,25 @@ def test_the_mig_label_flow_refuses_a_node_without_a_gpu(lab):
                                                        "nvidia.com/mig.config.state": None}}})  # fmt: skip
 
 
+OPERANDS = ("device-plugin", "gpu-feature-discovery", "dcgm-exporter")
+STATIC_POD = "/etc/kubernetes/manifests/static-probe.json"
+
+
 def test_a_rolling_upgrade_drains_a_real_node_and_stops_at_validation(lab, tmp_path):
-    """`gpustack upgrade --drain` of the Debian 12 node (535.309 -> 535.261, Debian's archive):
-    the node is cordoned, its pod evicted through the Eviction API under a real
-    PodDisruptionBudget and rescheduled on the other node by the real scheduler; the driver
-    changes on the host; validation then waits for allocatable GPUs that a node without a GPU
-    never reports, and the node stays cordoned, labelled upgrade-failed, as NVIDIA's upgrade
-    controller leaves a node whose validation fails."""
+    """`gpustack upgrade --drain` of the Debian 12 node (535.309 -> 535.261, Debian's archive),
+    on the real control plane and kubelets, as `kubectl drain` and NVIDIA's driver manager do it:
+
+    - a pod with an `emptyDir` volume refuses the drain, naming the pod, before the host is
+      touched; with --resume --retry-failed --delete-emptydir-data it is evicted;
+    - two replicas under a PodDisruptionBudget that allows one eviction at a time leave one
+      after the other, each replacement started on the other node by the real scheduler;
+    - a static pod (the kubelet's, from /etc/kubernetes/manifests) is skipped: its mirror pod
+      stays Running on the node;
+    - the node's GPU clients (labelled by hand: install labels no node without a GPU) are paused
+      around the driver role: their pods gone first, their labels restored after;
+    - the driver changes on the host; validation then waits for allocatable GPUs that a node
+      without a GPU never reports, and the node stays cordoned, labelled upgrade-failed, as
+      NVIDIA's upgrade controller leaves a node whose validation fails."""
     inventory, kubeconfig, varsfile = lab
     from kubernetes import client, config
 
@@ -305,60 +318,112 @@ def test_a_rolling_upgrade_drains_a_real_node_and_stops_at_validation(lab, tmp_p
     core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
     policy = client.PolicyV1Api(api_client)
     node, other = NODES
-    ns, app = "upgrade-probe", {"app": "upgrade-probe"}
+    ns = "upgrade-probe"
+    clients = {f"nvidia.com/gpu.deploy.{o}": "true" for o in OPERANDS}
     core.create_namespace({"metadata": {"name": ns}})
     policy.create_namespaced_pod_disruption_budget(ns, {
         "metadata": {"name": "probe"},
-        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": app}},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"app": "probe"}}},
     })  # fmt: skip
-    prefer = {"weight": 100, "preference": {"matchExpressions": [
-        {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}}  # fmt: skip
-    apps.create_namespaced_deployment(ns, {
-        "metadata": {"name": "probe"},
-        "spec": {"replicas": 1, "selector": {"matchLabels": app}, "template": {
-            "metadata": {"labels": app},
-            "spec": {"terminationGracePeriodSeconds": 1,
-                     "affinity": {"nodeAffinity": {
-                         "preferredDuringSchedulingIgnoredDuringExecution": [prefer]}},
-                     "containers": [{"name": "probe", "image": lab_fixtures.IMAGE_REF,
-                                     "imagePullPolicy": "Never",
-                                     "command": ["/bin/sh", "-c", "exec sleep 3600"]}]}}},
-    })  # fmt: skip
+
+    def deployment(name: str, replicas: int, volumes: list | None = None) -> dict:
+        labels = {"app": name}
+        return {"metadata": {"name": name}, "spec": {
+            "replicas": replicas, "selector": {"matchLabels": labels}, "template": {
+                "metadata": {"labels": labels},
+                "spec": {"terminationGracePeriodSeconds": 1, "volumes": volumes or [],
+                         "containers": [{"name": name, "image": lab_fixtures.IMAGE_REF,
+                                         "imagePullPolicy": "Never",
+                                         "command": ["/bin/sh", "-c", "exec sleep 3600"]}]}}}}  # fmt: skip
 
     def running() -> dict[str, str]:
         pods = core.list_namespaced_pod(ns).items
         return {p.metadata.name: p.spec.node_name for p in pods
                 if p.status.phase == "Running" and not p.metadata.deletion_timestamp}  # fmt: skip
 
-    try:
-        before = wait_until(running, "the probe pod Running", timeout=180)
-        assert list(before.values()) == [node], before
-        proc = run_cli("upgrade", str(inventory), "--kubeconfig", str(kubeconfig), "--limit", node,
-                       "--driver-version", "535.261.03-1", "--drain", "--drain-timeout", "180",
-                       "--validation-timeout", "10", "--yes", "-e", f"@{varsfile}", "-o", "json",
-                       env={"GPUSTACK_STATE_DIR": str(tmp_path)}, timeout=1800)  # fmt: skip
+    def three(pods: dict[str, str]) -> dict[str, str] | None:
+        return pods if len(pods) == 3 else None
+
+    static = {"apiVersion": "v1", "kind": "Pod",
+              "metadata": {"name": "static-probe", "namespace": "default"},
+              "spec": {"containers": [{"name": "probe", "image": lab_fixtures.IMAGE_REF,
+                                       "imagePullPolicy": "Never",
+                                       "command": ["/bin/sh", "-c", "exec sleep 3600"]}]}}  # fmt: skip
+    mirror = f"static-probe-{node}"
+
+    def upgrade(*flags: str) -> dict:
+        proc = run_cli("upgrade", str(inventory), "--kubeconfig", str(kubeconfig), "--limit",
+                       node, "--driver-version", "535.261.03-1", "--drain", "--drain-timeout",
+                       "180", "--validation-timeout", "10", "--yes", "-e", f"@{varsfile}", "-o",
+                       "json", *flags, env={"GPUSTACK_STATE_DIR": str(tmp_path)}, timeout=1800)  # fmt: skip
+        assert proc.stdout, proc.stderr[-3000:]
         doc = json.loads(proc.stdout)
         assert proc.returncode == doc["exit_code"] == 1, proc.stderr[-3000:]
+        return doc
+
+    def driver() -> str:
+        return node_command(CONTAINERS[0], "dpkg-query -W -f='${Version}' nvidia-smi")
+
+    try:
+        # every workload starts on `node`: the other one is cordoned meanwhile
+        core.patch_node(other, {"spec": {"unschedulable": True}})
+        apps.create_namespaced_deployment(ns, deployment("probe", 2))
+        apps.create_namespaced_deployment(
+            ns, deployment("scratch", 1, [{"name": "scratch", "emptyDir": {}}])
+        )
+        node_command(CONTAINERS[0], f"cat > {STATIC_POD} <<'EOF'\n{json.dumps(static)}\nEOF")
+        core.patch_node(node, {"metadata": {"labels": clients}})
+        before = wait_until(lambda: three(running()), "the probe and scratch pods Running",
+                            timeout=180)  # fmt: skip
+        assert set(before.values()) == {node}, before
+        wait_until(lambda: core.read_namespaced_pod(mirror, "default").status.phase == "Running",
+                   "the static pod's mirror pod Running", timeout=180)  # fmt: skip
+        core.patch_node(other, {"spec": {"unschedulable": None}})
+        first_driver = driver()
+
+        # 1. refused: the emptyDir pod would lose its data; nothing evicted, the host untouched
+        doc = upgrade()
+        reason = doc["nodes"][node]["reason"]
+        assert "with local storage (emptyDir) would lose its data: upgrade-probe/scratch-" in (
+            reason
+        ), reason
+        assert "--delete-emptydir-data" in reason, reason
+        assert running() == before and driver() == first_driver
+
+        # 2. with the flag: drained, clients paused, driver changed, validation fails
+        doc = upgrade("--resume", "--retry-failed", "--delete-emptydir-data")
         result = doc["nodes"][node]
         assert result["state"] == "upgrade-failed", result
         assert result["reason"].startswith(
             f"validation: node {node} is Ready with 0 allocatable GPU(s) after 10 s"
         ), result
-        # the host side ran: the driver Debian's archive has at that version, held
-        versions = node_command(CONTAINERS[0], "dpkg-query -W -f='${Version}' nvidia-smi")
-        assert versions == "535.261.03-1"
-        # the pod was evicted and replaced on the other node; this one stays out of service
-        after = wait_until(lambda: {k: v for k, v in running().items() if k not in before},
-                           "the replacement pod Running", timeout=180)  # fmt: skip
-        assert list(after.values()) == [other], after
+        assert driver() == "535.261.03-1"  # the driver Debian's archive has at that version
+        after = wait_until(lambda: three({k: v for k, v in running().items() if k not in before}),
+                           "the replacements Running", timeout=180)  # fmt: skip
+        assert set(after.values()) == {other}, after
+        # the budget allowed one eviction at a time: both probe pods left, in turn
+        assert not set(before) & set(running()), running()
+        mirror_pod = core.read_namespaced_pod(mirror, "default")
+        assert mirror_pod.status.phase == "Running" and mirror_pod.spec.node_name == node
+        # the clients were paused for the driver role and are back
+        notes = [t.note for t in FileStateStore(Path(doc["state_file"])).load().history]
+        driver_note = next(n for n in notes if "driver role ran" in n)
+        assert "paused GPU clients (dcgm-exporter, device-plugin, gpu-feature-discovery)" in (
+            driver_note
+        ), notes
+        assert "resumed GPU clients (3)" in driver_note, notes
         obj = core.read_node(node)
+        assert {k: obj.metadata.labels.get(k) for k in clients} == clients
+        assert "gpustack.io/driver-upgrade-paused-clients" not in (obj.metadata.annotations or {})
         assert obj.spec.unschedulable is True
         assert obj.metadata.labels["nvidia.com/gpu-driver-upgrade-state"] == "upgrade-failed"
         assert not core.read_node(other).spec.unschedulable
     finally:
+        node_command(CONTAINERS[0], f"rm -f {STATIC_POD}")
         core.delete_namespace(ns)
+        core.patch_node(other, {"spec": {"unschedulable": None}})
         core.patch_node(node, {"spec": {"unschedulable": None}, "metadata": {
-            "labels": {"nvidia.com/gpu-driver-upgrade-state": None}}})  # fmt: skip
+            "labels": {"nvidia.com/gpu-driver-upgrade-state": None, **dict.fromkeys(clients)}}})  # fmt: skip
 
 
 def node_command(container: str, command: str) -> str:

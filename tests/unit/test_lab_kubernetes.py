@@ -113,6 +113,7 @@ def test_kubelet_and_cni_configuration():
     assert config["authentication"]["anonymous"]["enabled"] is False
     assert config["authorization"]["mode"] == "Webhook"
     assert config["cgroupDriver"] == "cgroupfs" and config["failCgroupV1"] is False
+    assert config["staticPodPath"] == "/etc/kubernetes/manifests"
     cni = kubelets.cni_config("10.244.3.0/24")
     assert cni["plugins"][0]["ipam"]["ranges"] == [[{"subnet": "10.244.3.0/24"}]]
     assert cni["plugins"][0]["ipMasq"] is False
