@@ -9,7 +9,7 @@
   found is recorded in `gpustack.io/mig-paused-clients` and restored afterwards.
 
 Cordon and GPU-pod eviction are `upgrade`'s (KubernetesBackend); an admin-cordoned node stays
-cordoned. The sequence itself is pure: gpustack/fleet/mig.py.
+cordoned. The sequence itself is pure: gpustack/mig/reconfigure.py.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from gpustack.fleet.mig import CONFIG_LABEL, STATE_LABEL, resource_drift
 from gpustack.k8s.cluster.apply import get_daemonset
 from gpustack.k8s.cluster.pause import ClientPause
 from gpustack.k8s.cluster.upgrade import KubernetesBackend
+from gpustack.mig.reconfigure import CONFIG_LABEL, STATE_LABEL, resource_drift
 from gpustack.upgrade.backend import StepFailed, StepOptions
 from gpustack.upgrade.executors import Clock
 
@@ -31,7 +31,7 @@ PAUSED = "paused-for-mig-change"
 
 
 class MigKubernetesBackend:
-    """gpustack.fleet.mig.MigNodeBackend on a cluster; node names from the upgrade backend."""
+    """gpustack.mig.reconfigure.MigNodeBackend on a cluster; node names from the upgrade backend."""
 
     def __init__(self, nodes: KubernetesBackend):
         self.nodes = nodes

@@ -1,0 +1,3 @@
+"""`gpustack mig`: MIG layouts changed on Kubernetes nodes, one node at a time: reconfigure
+(strategy, expected resources, the label-driven sequence; pure), host (the nvidia_mig role on
+one host), command."""
