@@ -1,3 +1,2 @@
-"""`gpustack mig`: MIG layouts changed on Kubernetes nodes, one node at a time: reconfigure
-(strategy, expected resources, the label-driven sequence; pure), host (the nvidia_mig role on
-one host), command."""
+"""`gpustack mig`: MIG layouts changed on Kubernetes nodes, one node at a time: reconfigure (the
+label-driven sequence, pure), host (the nvidia_mig role on one host), command."""

@@ -1,4 +1,4 @@
-"""MIG on Kubernetes nodes, the pure part: strategy, expected resources, one node's reconfigure.
+"""One node's label-driven MIG change, pure: the sequence `gpustack mig` runs on every node.
 
 The sequence follows the GPU Operator's mig-manager (NVIDIA/mig-parted@bd7160f4
 `deployments/container/reconfigure-mig.sh`, the script the GPU Operator's
@@ -15,24 +15,24 @@ The sequence follows the GPU Operator's mig-manager (NVIDIA/mig-parted@bd7160f4
 
 gpustack adds what upstream leaves to the admin: the node is cordoned and its GPU pods are
 evicted with `upgrade`'s machinery (Eviction API, PodDisruptionBudgets respected) so the GPUs
-are idle, and after a change the node's advertised GPU resources are checked against the layout.
-Nothing here talks to Kubernetes or a host: the backend (gpustack/k8s/cluster/mig.py) and the
-applier (the nvidia_mig role through Ansible, or a test double) are passed in.
+are idle, and after a change the node's advertised GPU resources are checked against the layout
+(the resources it should give: gpustack/fleet/mig.py). Nothing here talks to Kubernetes or a
+host: the backend (gpustack/k8s/cluster/mig.py) and the applier (the nvidia_mig role through
+Ansible, gpustack/mig/host.py, or a test double) are passed in.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from gpustack.fleet.mig import CONFIG_LABEL, expected_resources
 from gpustack.upgrade.backend import StepFailed, StepOptions
 from gpustack.upgrade.executors import Clock
 
-CONFIG_LABEL = "nvidia.com/mig.config"
-STATE_LABEL = "nvidia.com/mig.config.state"
+# The values of nvidia.com/mig.config.state, as the GPU Operator's mig-manager writes them.
 PENDING, REBOOTING, SUCCESS, FAILED = "pending", "rebooting", "success", "failed"
-ENABLED = "Enabled"  # nvidia-smi's mig.mode.current, as the role's fact carries it
 
 
 @dataclass
@@ -64,88 +64,6 @@ MigApplier = Callable[[str, str, bool], MigOutcome]
 # (host, layout name) -> what gpustack-mig.service recorded at boot: reboots the host for a MIG
 # mode change (the role with nvidia_mig_reboot=if_needed) and waits for the boot unit.
 MigRebooter = Callable[[str, str], MigOutcome]
-
-
-# -- the MIG strategy and what the device plugin should advertise ------------------------------
-
-
-def _mig_on(gpu: Mapping[str, Any], desired: bool) -> bool:
-    if desired:
-        return gpu.get("desired_mode") == ENABLED
-    return gpu.get("mode_current") == ENABLED
-
-
-def _devices(gpu: Mapping[str, Any], desired: bool) -> dict[str, int]:
-    devices = gpu.get("desired" if desired else "applied") or {}
-    return {str(k): int(v) for k, v in devices.items() if int(v) > 0}
-
-
-def node_strategy(gpus: Sequence[Mapping[str, Any]], desired: bool = True) -> str:
-    """Pure: none (no GPU in MIG mode), single (every GPU in MIG mode, one profile), else mixed.
-
-    "single" is what k8s-device-plugin accepts as single (NVIDIA/k8s-device-plugin@1b826acc
-    `internal/rm/device_map.go`: all GPUs with the same migEnabled value, every MIG-enabled GPU
-    with MIG devices, one MIG device type on the node).
-    """
-    gpus = [g for g in gpus if g.get("mig_capable", True) or _mig_on(g, desired)]
-    on = [g for g in gpus if _mig_on(g, desired)]
-    if not on:
-        return "none"
-    profiles = {p for g in on for p in _devices(g, desired)}
-    if len(on) == len(gpus) and len(profiles) == 1 and all(_devices(g, desired) for g in on):
-        return "single"
-    return "mixed"
-
-
-def derive_strategy(nodes: Mapping[str, Sequence[Mapping[str, Any]]], desired: bool = True) -> str:
-    """Pure: one strategy for the cluster (the device plugin's is cluster-wide).
-
-    none when no node has a GPU in MIG mode; single when every node with MIG is single (nodes
-    without MIG advertise whole GPUs as nvidia.com/gpu under single too); else mixed.
-    """
-    per_node = {node_strategy(gpus, desired) for gpus in nodes.values()}
-    if per_node <= {"none"}:
-        return "none"
-    if per_node <= {"none", "single"}:
-        return "single"
-    return "mixed"
-
-
-def expected_resources(
-    gpus: Sequence[Mapping[str, Any]], strategy: str, desired: bool = True
-) -> dict[str, int]:
-    """Pure: the GPU resources k8s-device-plugin advertises for these GPUs under `strategy`.
-
-    As `internal/rm/device_map.go`@1b826acc: with none every GPU is one nvidia.com/gpu (MIG
-    or not); otherwise a MIG-enabled GPU gives its MIG devices — as nvidia.com/gpu (single) or
-    nvidia.com/mig-<profile> (mixed) — and the others one nvidia.com/gpu each.
-    """
-    out: dict[str, int] = {}
-    for gpu in gpus:
-        if strategy == "none" or not _mig_on(gpu, desired):
-            out["nvidia.com/gpu"] = out.get("nvidia.com/gpu", 0) + 1
-            continue
-        for profile, count in _devices(gpu, desired).items():
-            if "c." in profile.split("+")[0]:  # compute-instance profiles: not a device type
-                continue
-            name = "nvidia.com/gpu" if strategy == "single" else f"nvidia.com/mig-{profile}"
-            out[name] = out.get(name, 0) + count
-    return out
-
-
-def resource_drift(expected: Mapping[str, int], advertised: Mapping[str, Any]) -> str:
-    """Pure: '' when the node's GPU allocatable equals `expected`, else what differs."""
-    have = {
-        k: int(str(v))
-        for k, v in advertised.items()
-        if k.startswith(("nvidia.com/gpu", "nvidia.com/mig-")) and str(v).isdigit() and int(v)
-    }
-    want = {k: v for k, v in expected.items() if v}
-    if have == want:
-        return ""
-    names = sorted(set(have) | set(want))
-    return ", ".join(f"{n}: {have.get(n, 0)} (layout: {want.get(n, 0)})" for n in names
-                     if have.get(n, 0) != want.get(n, 0))  # fmt: skip
 
 
 # -- one node ------------------------------------------------------------------------------

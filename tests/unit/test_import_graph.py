@@ -106,7 +106,7 @@ def test_fleet_views_reach_nothing_that_runs_a_playbook_or_talks_to_kubernetes()
     commands.py, upgrade/, mig/)."""
     graph = _graph()
     fleet = sorted(n for n in MODULES if n == "gpustack.fleet" or n.startswith("gpustack.fleet."))
-    assert "gpustack.fleet.status" in fleet
+    assert "gpustack.fleet.status" in fleet and "gpustack.fleet.mig" in fleet
     reaches = []
     for start in fleet:
         seen, todo = {start}, [start]

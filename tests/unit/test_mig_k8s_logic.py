@@ -3,14 +3,9 @@ advertise for it (k8s-device-plugin's rules), drift, and which client labels are
 
 import pytest
 
+from gpustack.fleet.mig import derive_strategy, expected_resources, node_strategy, resource_drift
 from gpustack.k8s.cluster.mig import PAUSED
 from gpustack.k8s.cluster.pause import paused_clients, paused_values
-from gpustack.mig.reconfigure import (
-    derive_strategy,
-    expected_resources,
-    node_strategy,
-    resource_drift,
-)
 
 
 def gpu(desired=None, mode="Enabled", capable=True, applied=None):

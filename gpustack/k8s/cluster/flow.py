@@ -11,11 +11,11 @@ from typing import Any
 
 from gpustack.ansible.inventory import Inventory
 from gpustack.ansible.results import RunResult
+from gpustack.fleet.mig import derive_strategy
 from gpustack.k8s.cluster import apply, dra, gfd, nodes
 from gpustack.k8s.cluster.connect import Clock, Cluster, check_reachable, connect
 from gpustack.k8s.cluster.verify import NodeReport, Target, verify
 from gpustack.k8s.manifests import ClusterConfig, config_from_inventory, node_labels, render
-from gpustack.mig.reconfigure import derive_strategy
 
 MIG_STRATEGY_VAR = "gpustack_k8s_mig_strategy"
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpustack.fleet.mig import CONFIG_LABEL, STATE_LABEL, resource_drift
 from gpustack.k8s.cluster.apply import get_daemonset
 from gpustack.k8s.cluster.pause import ClientPause
 from gpustack.k8s.cluster.upgrade import KubernetesBackend
-from gpustack.mig.reconfigure import CONFIG_LABEL, STATE_LABEL, resource_drift
 from gpustack.upgrade.backend import StepFailed, StepOptions
 from gpustack.upgrade.executors import Clock
 

@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpustack.fleet import doctor
+from gpustack.fleet.mig import expected_resources, resource_drift
 from gpustack.k8s.cluster import dra, gfd, gpu_resources, metrics
 from gpustack.k8s.cluster.checks import FAILED, PASSED, SKIPPED, NodeReport
 from gpustack.k8s.cluster.connect import Clock, Cluster, poll
 from gpustack.k8s.cluster.pods import POLL_SECONDS, pod_name, run_pods
 from gpustack.k8s.manifests import ClusterConfig, render_verify_pod
-from gpustack.mig.reconfigure import expected_resources, resource_drift
 
 
 @dataclass
