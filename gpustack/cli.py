@@ -471,7 +471,7 @@ def mig(
     **common,
 ) -> None:
     """Apply each node's MIG layout from its nvidia.com/mig.config label (docs/mig.md)."""
-    from gpustack.fleet.mig_command import run_mig
+    from gpustack.mig.command import run_mig
     from gpustack.upgrade.backend import StepOptions
 
     steps = StepOptions(force=force, delete_emptydir_data=delete_emptydir_data,

@@ -56,7 +56,7 @@ def install(
         from gpustack.k8s.cluster import flow
 
         session = flow.prepare(validated.kubeconfig, validated.inventory, validated.extravars)
-    from gpustack.fleet import converged_run
+    from gpustack.ansible import converged_run
 
     extra: dict = {"check_mode": check}
     k8s = None
@@ -113,7 +113,7 @@ STOPPED = ("failed", "unreachable", "stopped")  # a host whose plan did not run 
 
 
 def plan(opts: HostOptions, full: bool = False) -> int:
-    from gpustack.fleet import converged_run
+    from gpustack.ansible import converged_run
 
     title = "gpustack plan (check mode)"
     result = converged_run.run_site(opts, validate(opts), title, check=True, diff=True, full=full)

@@ -321,8 +321,10 @@ def join(
         (work / "kubelet.service").write_text(
             UNIT.format(version=components.KUBERNETES_VERSION, node=node, lab=lab)
         )
-        _exec(container, f"mkdir -p /etc/kubernetes/pki /etc/kubernetes/manifests {KUBELET_DIR} "
-              "/etc/cni/net.d")
+        _exec(
+            container,
+            f"mkdir -p /etc/kubernetes/pki /etc/kubernetes/manifests {KUBELET_DIR} /etc/cni/net.d",
+        )
         _copy(container, cp.pki.ca_cert, "/etc/kubernetes/pki/ca.crt")
         _copy(container, work / "kubelet.conf", "/etc/kubernetes/kubelet.conf")
         _copy(container, work / "config.yaml", f"{KUBELET_DIR}/config.yaml")

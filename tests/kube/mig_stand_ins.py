@@ -39,11 +39,11 @@ import subprocess
 import threading
 from collections.abc import Callable
 
-from gpustack.fleet.mig import MigOutcome
 from gpustack.k8s.cluster.connect import connect
 from gpustack.k8s.cluster.status import DEVICE_PLUGIN_SELECTOR, DRA_PLUGIN_SELECTOR
 from gpustack.k8s.cluster.upgrade import is_gpu_pod
 from gpustack.k8s.manifests import DRA_DRIVER
+from gpustack.mig.reconfigure import MigOutcome
 from tests.kube.operand_stand_ins import AdmittingVerificationPods
 from tests.kube.stand_ins import Outcome
 from tests.unit.mig_local import FixtureNode
@@ -263,7 +263,7 @@ class MigVerificationPods(AdmittingVerificationPods):
 
 
 class FixtureMigApplier:
-    """gpustack.fleet.mig.MigApplier over the MIG fixture (see the module doc); host = node name."""
+    """gpustack.mig.reconfigure.MigApplier over the MIG fixture (see the module doc); host = node name."""
 
     def __init__(self, kubeconfig: str, nodes: dict[str, FixtureNode], **settings):
         self.kubeconfig = kubeconfig

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from gpustack.fleet.mig import CONFIG_LABEL, STATE_LABEL, reconfigure_node
+from gpustack.fleet.mig import CONFIG_LABEL, STATE_LABEL
 from gpustack.k8s.cluster import apply, flow
 from gpustack.k8s.cluster.connect import Clock, Cluster, connect
 from gpustack.k8s.cluster.mig import (
@@ -41,6 +41,7 @@ from gpustack.k8s.cluster.mig import (
 from gpustack.k8s.cluster.status import DEVICE_PLUGIN_SELECTOR
 from gpustack.k8s.cluster.upgrade import KubernetesBackend
 from gpustack.k8s.manifests import ClusterConfig, node_labels, render
+from gpustack.mig.reconfigure import reconfigure_node
 from gpustack.upgrade.backend import StepOptions
 from tests.builders import gpu_facts, inventory, run_result, uuids_for
 from tests.conftest import wait_until

@@ -10,11 +10,11 @@ import shutil
 import pytest
 
 from gpustack import paths
+from gpustack.ansible import converged_run as fastpath
 from gpustack.ansible.inventory import Inventory
 from gpustack.ansible.results import HostResult, RunResult
 from gpustack.commands import HostOptions
 from gpustack.fleet import converged
-from gpustack.fleet import converged_run as fastpath
 from tests.unit.host_modules import utils
 from tests.unit.test_driver_filters import load
 

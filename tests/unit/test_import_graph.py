@@ -1,4 +1,5 @@
-"""gpustack's import graph: no cycle, and no module reaches into another's private names."""
+"""gpustack's import graph: no cycle, no module reaches into another's private names, and the
+fleet views stay pure (nothing they import runs a playbook or talks to Kubernetes)."""
 
 import ast
 
@@ -76,6 +77,50 @@ def test_no_import_cycle():
         if name not in state:
             visit(name, [name])
     assert cycles == []
+
+
+# What runs commands: the one ansible-runner user (every playbook run goes through it), the one
+# Kubernetes client package, and processes started directly.
+RUNS_COMMANDS = ("gpustack.ansible.runner", "gpustack.k8s.cluster")
+RUNS_COMMANDS_OUTSIDE = ("ansible_runner", "kubernetes", "subprocess")
+
+
+def _outside_imports(tree: ast.Module) -> set[str]:
+    """Top-level names of the packages outside gpustack a module imports (lazy imports too)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found - {"gpustack"}
+
+
+def _runs_commands(name: str) -> bool:
+    return any(name == m or name.startswith(f"{m}.") for m in RUNS_COMMANDS)
+
+
+def test_fleet_views_reach_nothing_that_runs_a_playbook_or_talks_to_kubernetes():
+    """fleet/ is pure views: no import, direct or through other modules, of ansible-runner's
+    user, of the Kubernetes side or of a process runner (commands live in the command layer:
+    commands.py, upgrade/, mig/)."""
+    graph = _graph()
+    fleet = sorted(n for n in MODULES if n == "gpustack.fleet" or n.startswith("gpustack.fleet."))
+    assert "gpustack.fleet.status" in fleet and "gpustack.fleet.mig" in fleet
+    reaches = []
+    for start in fleet:
+        seen, todo = {start}, [start]
+        while todo:
+            name = todo.pop()
+            outside = _outside_imports(MODULES[name]) & set(RUNS_COMMANDS_OUTSIDE)
+            reaches += [f"{start} -> {name}: {o}" for o in sorted(outside)]
+            for target in graph[name]:
+                if _runs_commands(target):
+                    reaches.append(f"{start} -> {name}: {target}")
+                elif target not in seen:
+                    seen.add(target)
+                    todo.append(target)
+    assert reaches == []
 
 
 def test_no_module_imports_a_private_name_of_another():

@@ -9,7 +9,7 @@
   found is recorded in `gpustack.io/mig-paused-clients` and restored afterwards.
 
 Cordon and GPU-pod eviction are `upgrade`'s (KubernetesBackend); an admin-cordoned node stays
-cordoned. The sequence itself is pure: gpustack/fleet/mig.py.
+cordoned. The sequence itself is pure: gpustack/mig/reconfigure.py.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ PAUSED = "paused-for-mig-change"
 
 
 class MigKubernetesBackend:
-    """gpustack.fleet.mig.MigNodeBackend on a cluster; node names from the upgrade backend."""
+    """gpustack.mig.reconfigure.MigNodeBackend on a cluster; node names from the upgrade backend."""
 
     def __init__(self, nodes: KubernetesBackend):
         self.nodes = nodes

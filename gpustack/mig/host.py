@@ -12,7 +12,7 @@ import dataclasses
 from typing import Any
 
 from gpustack.ansible.inventory import Inventory
-from gpustack.fleet.mig import MigOutcome
+from gpustack.mig.reconfigure import MigOutcome
 
 PLAYBOOK = "mig.yml"
 

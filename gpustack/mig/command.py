@@ -1,8 +1,8 @@
 """`gpustack mig`: bring every node to the MIG layout its `nvidia.com/mig.config` label names.
 
 One node at a time (its GPUs are out of service while they change), with the sequence of
-gpustack/fleet/mig.py, the cluster side of gpustack/k8s/cluster/mig.py and the nvidia_mig role
-on the host (gpustack/fleet/mig_host.py).
+gpustack/mig/reconfigure.py, the cluster side of gpustack/k8s/cluster/mig.py and the nvidia_mig
+role on the host (gpustack/mig/host.py).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import asdict
 from gpustack.ansible import playbook
 from gpustack.ansible.invocation import HostOptions, validate
 from gpustack.errors import BadInput, ExitCode
-from gpustack.fleet.mig import FAILED, reconfigure_node
+from gpustack.mig.reconfigure import FAILED, reconfigure_node
 from gpustack.terminal import output
 from gpustack.upgrade.backend import StepOptions
 from gpustack.upgrade.executors import RealClock
@@ -26,8 +26,8 @@ def run_mig(opts: HostOptions, steps: StepOptions, reboot: bool = False) -> int:
             "pass --kubeconfig (or set KUBECONFIG); without Kubernetes, set nvidia_mig_config "
             "per host and run playbooks/mig.yml (docs/mig.md)",
         )
-    from gpustack.fleet.mig_host import AnsibleMigApplier
     from gpustack.k8s.cluster.mig import connect_backend
+    from gpustack.mig.host import AnsibleMigApplier
 
     inventory, extravars = validated.inventory, validated.extravars
     backend, strategy = connect_backend(validated.kubeconfig, inventory, extravars)
