@@ -300,8 +300,11 @@ def markdown(data: dict[str, Any]) -> str:
                 why = f"**fixed here:** {_text(row['fixed'])}" + (
                     f" {why}" if row.get("why") else ""
                 )
+            field = _text(row["field"])
+            if row.get("scenarios"):  # a row of one mode: say which scenarios it covers
+                field += "<br>in " + ", ".join(f"`{name}`" for name in row["scenarios"])
             out.append(
-                f"| {_text(row['field'])} | {_text(row['upstream'])} | {sources} | "
+                f"| {field} | {_text(row['upstream'])} | {sources} | "
                 f"{_gpustack_cell(row['gpustack'])} | {why} |"
             )
         out.append("")

@@ -56,7 +56,8 @@ def test_a_changed_value_is_caught():
     row["gpustack"] = "<absent>"  # what the template rendered before issue 12
     drift, _, _ = parity.mismatches(changed)
     assert drift == [
-        'MPS control daemon DaemonSet / hostPID [mps]: table says "<absent>", rendered true'
+        f'MPS control daemon DaemonSet / hostPID [{scenario}]: table says "<absent>", rendered true'
+        for scenario in ("mps", "mps-renamed")
     ]
 
 
@@ -81,6 +82,7 @@ def test_a_changed_template_is_caught(monkeypatch):
     assert fields == {
         "dcgm-exporter DaemonSet / pod spec fields",
         "dcgm-exporter DaemonSet / env names",
+        "Environment and securityContext per mode / dcgm-exporter, every mode — env",
     }
 
 
@@ -149,6 +151,8 @@ def test_every_daemonset_records_its_pod_fields_and_env():
         paths = {row.get("path") for row in operand["rows"]}
         if operand["name"] == "GPU Feature Discovery":
             continue  # the GFD rows follow helper i12's design; its pod fields are its own
+        if operand["name"] == "Environment and securityContext per mode":
+            continue  # rows of several DaemonSets, one mode each; their env rows name containers
         assert "pod|keys" in paths, operand["name"]
         assert "ctr.env[*].name" in paths, operand["name"]
 
@@ -157,3 +161,13 @@ def test_counts_the_doc_reports():
     counts = parity.counts(DATA)
     assert counts["rows"] == len(ROWS) >= 100
     assert counts["fixed"] >= 6 and counts["differ"] >= 30
+
+
+def test_a_row_of_one_mode_names_its_scenarios_in_the_markdown():
+    text = parity.markdown(DATA)
+    line = next(
+        line for line in text.splitlines() if line.startswith("| GFD, MIG strategy single or mixed")
+    )
+    field = line.split(" | ")[0]
+    assert "in `mig-single`, `mig-mixed`, `mig-single-time-slicing`" in field
+    assert "`none`" not in field
