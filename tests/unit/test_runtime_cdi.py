@@ -40,7 +40,8 @@ def test_cdi_asked_for_explicitly_on_containerd_1_6_is_refused(tmp_path):
     [("1.6.20~ds1", {}),  # device-plugin: no CDI needed
      ("1.6.20", {"gpustack_k8s_gpu_allocation": "dra", "container_runtime_enable_cdi": "false"}),
      ("1.7.24~ds1", {"gpustack_k8s_gpu_allocation": "dra"}),
-     ("2.1.9", {"gpustack_k8s_gpu_allocation": "dra"})],
+     ("2.1.9", {"gpustack_k8s_gpu_allocation": "dra"}),
+     (None, {"gpustack_k8s_gpu_allocation": "dra"})],  # version unknown: not refused
 )  # fmt: skip
 def test_no_refusal_where_cdi_is_not_needed_or_containerd_has_it(tmp_path, version, variables):
     proc, passed = refuse(tmp_path, version, **variables)
