@@ -7,7 +7,8 @@ containerd's configuration and what the running daemon loaded.
 On 1.7: install with DRA writes enable_cdi = true into gpustack's drop-in over a user's explicit
 `enable_cdi = false` (the user's file keeps its line), containerd restarts and reports CDI on in
 `containerd config dump` and over CRI (what `crictl info` prints), a second run changes nothing
-and restarts nothing, and install back in device-plugin mode leaves CDI to the user's file again (its `false`).
+and restarts nothing, and install back in device-plugin mode leaves CDI to the user's file again (its `false`), which
+`status` asked with DRA names as drift.
 On 1.6: install with DRA is refused before any change (files, containerd's process).
 """
 
@@ -131,6 +132,11 @@ def test_dra_turns_cdi_on_in_containerd_1_7_over_the_users_off(lab):
     assert "cdi_spec_dirs" not in dropin
     assert effective_cri(inventory, NEW)["enable_cdi"] is False
     assert json.loads(sh(inventory, NEW, ASK_CRI))["enableCDI"] is False
+    # status, asked with DRA, names CDI off as drift (what install would turn on again)
+    proc = run_cli("status", str(inventory), "--limit", NEW, "-e", f"@{varsfile}", *DRA,
+                   "--output", "json")  # fmt: skip
+    drift = "containerd: CDI off (enable_cdi = false), which gpustack_k8s_gpu_allocation=dra needs"
+    assert drift in proc.stdout, proc.stdout[-3000:]
 
 
 def test_dra_on_containerd_1_6_is_refused_before_any_change(lab):
