@@ -214,7 +214,7 @@ def node_status(
             binary = inputs.get("container_runtime_nvidia_binary") or ""
             drift.append(f"runtime binary {binary} missing")
 
-    needs_cdi = cdi_needed(inputs)
+    needs_cdi = doctor.cdi_needed(inputs)
     if kind == "containerd" and rt.get("wired") and rt.get("cdi") is False and needs_cdi:
         drift.append(f"containerd: CDI off (enable_cdi = false), which {needs_cdi} needs")
 
@@ -308,16 +308,6 @@ def companions(driver_installed: str, st_driver: dict[str, Any]) -> dict[str, di
             problem = "not held"
         found[name] = {"installed": version, "pinned": pin, "ok": not problem, "problem": problem}
     return found
-
-
-def cdi_needed(inputs: dict[str, Any]) -> str:
-    """The setting that makes install turn CDI on in containerd ("" when none), as
-    roles/container_runtime/vars/main.yml decides (__container_runtime_cdi)."""
-    value = str(inputs.get("container_runtime_enable_cdi", "auto")).lower()
-    if value == "auto":
-        dra = inputs.get("gpustack_k8s_gpu_allocation") == "dra"
-        return "gpustack_k8s_gpu_allocation=dra" if dra else ""
-    return "container_runtime_enable_cdi=true" if is_true(value) else ""
 
 
 def kubernetes_drift(gpu_count: int, k8s: dict[str, Any] | None) -> list[str]:
