@@ -9,7 +9,8 @@ On 1.7: install with DRA writes enable_cdi = true into gpustack's drop-in over a
 `containerd config dump` and over CRI (what `crictl info` prints), a second run changes nothing
 and restarts nothing, and install back in device-plugin mode leaves CDI to the user's file again (its `false`), which
 `status` asked with DRA names as drift.
-On 1.6: install with DRA is refused before any change (files, containerd's process).
+On 1.6: install with DRA is refused before any change (files, containerd's process), and doctor
+names the refusal.
 """
 
 from __future__ import annotations
@@ -152,3 +153,8 @@ def test_dra_on_containerd_1_6_is_refused_before_any_change(lab):
            "gpustack_k8s_gpu_allocation=device-plugin" in message  # fmt: skip
     assert host["changed"] == 0
     assert sh(inventory, OLD, KEPT) == kept
+    # doctor names the same refusal beforehand
+    proc = run_cli("doctor", str(inventory), "--limit", OLD, *DRA, "--output", "json")
+    errors = [p["message"] for p in json.loads(proc.stdout)["problems"] if p["severity"] == "error"]
+    assert any("has no CDI support, which gpustack_k8s_gpu_allocation=dra needs" in m
+               for m in errors), errors  # fmt: skip
