@@ -165,16 +165,32 @@ def _require_gpu(inventory, extravars: dict) -> dict[str, bool]:
     return {h: is_true((found.get(h) or {}).get(key, False)) for h in inventory.hosts}
 
 
+def _cdi_needed(inventory, extravars: dict) -> dict[str, str]:
+    """Per host, the setting that makes install turn CDI on in containerd ("" when none):
+    container_runtime_enable_cdi and gpustack_k8s_gpu_allocation as a play sees them."""
+    from gpustack.ansible.inventory import resolved_vars
+
+    keys = ("container_runtime_enable_cdi", "gpustack_k8s_gpu_allocation")
+    found = resolved_vars(inventory, lambda name: name in keys)
+    chosen = {k: v for k, v in extravars.items() if k in keys}
+    return {h: doctor.cdi_needed({**(found.get(h) or {}), **chosen}) for h in inventory.hosts}
+
+
 def doctor_cmd(opts: HostOptions) -> int:
     result, inventory, extravars, _ = _run(opts, "preflight.yml", "gpustack doctor")
     require_gpu = _require_gpu(inventory, extravars)
     runtime_classes = _runtime_classes(inventory, extravars)
+    cdi = _cdi_needed(inventory, extravars)
     problems = [
         p
         for name, host in result.hosts.items()
         if not host.unreachable
         for p in doctor.find_problems(
-            name, host.facts, require_gpu.get(name, False), runtime_classes.get(name, "nvidia")
+            name,
+            host.facts,
+            require_gpu.get(name, False),
+            runtime_classes.get(name, "nvidia"),
+            cdi.get(name, ""),
         )
     ]
     problems = doctor.run_problems(result.hosts) + problems

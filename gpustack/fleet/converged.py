@@ -26,7 +26,11 @@ HOST_ROLES = ("nvidia_driver", "nvidia_container_toolkit", "container_runtime")
 # stamp: a host with the switch set is never proven converged (a full run checks its GPUs).
 SWITCHED_ROLES = {"nvidia_mig": "nvidia_mig_config"}
 # Inputs read by a role that are not its own (prefix-less, cross-role).
-SHARED_INPUTS = {"nvidia_driver": ("gpustack_require_gpu",)}
+SHARED_INPUTS = {
+    "nvidia_driver": ("gpustack_require_gpu",),
+    # container_runtime_enable_cdi=auto turns CDI on with NVIDIA's DRA driver
+    "container_runtime": ("gpustack_k8s_gpu_allocation",),
+}
 UNSET = "__unset__"
 # ansible's apt module refreshes package lists older than this (the roles' cache_valid_time).
 LISTS_VALID_SECONDS = 3600

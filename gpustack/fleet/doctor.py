@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
+from gpustack.ansible.input_specs import is_true
 from gpustack.driver_version import loaded_is_installed
 
 SUPPORTED_FAMILIES = ("Debian", "RedHat")
@@ -122,11 +124,47 @@ def containerd_v1_ignored(entry: dict[str, Any]) -> Problem | None:
     )
 
 
+def cdi_needed(inputs: dict[str, Any]) -> str:
+    """The setting that makes install turn CDI on in containerd ("" when none), as
+    roles/container_runtime/vars/main.yml decides (__container_runtime_cdi)."""
+    value = str(inputs.get("container_runtime_enable_cdi", "auto")).lower()
+    if value == "auto":
+        dra = inputs.get("gpustack_k8s_gpu_allocation") == "dra"
+        return "gpustack_k8s_gpu_allocation=dra" if dra else ""
+    return "container_runtime_enable_cdi=true" if is_true(value) else ""
+
+
+def containerd_without_cdi(pf: dict[str, Any], needed: str) -> Problem | None:
+    """An error where install would turn CDI on (`needed`, cdi_needed's answer) in a containerd
+    older than 1.7, which has none: install refuses the host (roles/container_runtime/tasks/
+    cdi_check.yml; docs/runtime.md, "CDI (NVIDIA's DRA driver)")."""
+    if not needed or pf.get("runtime") != "containerd":
+        return None
+    entry = next((r for r in pf.get("runtimes") or [] if r.get("kind") == "containerd"), {})
+    match = re.match(r"(\d+)\.(\d+)", str(entry.get("version") or ""))
+    if not match or (int(match.group(1)), int(match.group(2))) >= (1, 7):
+        return None
+    return Problem(
+        "",
+        "error",
+        f"containerd {entry['version']} has no CDI support, which {needed} needs (NVIDIA's DRA "
+        "driver hands GPUs to containerd as CDI devices; containerd has CDI from 1.7): install "
+        "refuses this host",
+        "upgrade containerd to 1.7 or newer; or use gpustack_k8s_gpu_allocation=device-plugin "
+        "(docs/runtime.md, CDI)",
+    )
+
+
 def find_problems(
-    host: str, facts: dict[str, Any], require_gpu: bool = False, runtime_class: str = "nvidia"
+    host: str,
+    facts: dict[str, Any],
+    require_gpu: bool = False,
+    runtime_class: str = "nvidia",
+    cdi: str = "",
 ) -> list[Problem]:
     """Problems with hints for one host. `runtime_class` is gpustack_k8s_runtime_class
-    ("" when pods use the node's default runtime)."""
+    ("" when pods use the node's default runtime); `cdi` the setting that needs CDI in
+    containerd (cdi_needed; "" when none)."""
     pf = preflight(facts)
     if not pf:
         return [
@@ -242,9 +280,9 @@ def find_problems(
             f"boot the host with systemd; or wire {runtime} yourself (docs/runtime.md) and run "
             "install with --skip-tags container_runtime",
         )
-    refusal = cri_dockerd_refusal(pf, runtime_class)
-    if refusal:
-        add(refusal.severity, refusal.message, refusal.hint)
+    for refusal in (cri_dockerd_refusal(pf, runtime_class), containerd_without_cdi(pf, cdi)):
+        if refusal:
+            add(refusal.severity, refusal.message, refusal.hint)
     if (pf.get("kubelet") or {}).get("present") and not runtime:
         add(
             "warning",

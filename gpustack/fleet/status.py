@@ -214,6 +214,10 @@ def node_status(
             binary = inputs.get("container_runtime_nvidia_binary") or ""
             drift.append(f"runtime binary {binary} missing")
 
+    needs_cdi = doctor.cdi_needed(inputs)
+    if kind == "containerd" and rt.get("wired") and rt.get("cdi") is False and needs_cdi:
+        drift.append(f"containerd: CDI off (enable_cdi = false), which {needs_cdi} needs")
+
     loaded = facts.get("gpustack_runtime_loaded") or {}
     if kind == "containerd" and loaded:
         row.runtime["restart_needed"] = bool(

@@ -53,6 +53,12 @@ except ImportError:  # loaded as a file, outside Ansible's collection loader (un
     from gpustack_k3s import TEMPLATES, k3s_templates
 
 CRI_KEYS = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
+# containerd's own default CDI specification directories (pkg/cri/config/config_unix.go@v1.7.24,
+# internal/cri/config/config_unix.go@v2.1.9): the toolkit's /etc/cdi and the DRA driver's
+# /var/run/cdi.
+CDI_SPEC_DIRS = ["/etc/cdi", "/var/run/cdi"]
+# The first containerd with CDI in its CRI plugin (enable_cdi, cdi_spec_dirs).
+CDI_RELEASE = (1, 7)
 DUMP_RUNTIME_KEYS = ("io.containerd.cri.v1.runtime", "io.containerd.grpc.v1.cri", "cri")
 
 
@@ -159,8 +165,10 @@ def containerd_nvidia(
     dropin_glob="/etc/containerd/conf.d/*.toml",
     main_exists=True,
     extra=None,
+    cdi=False,
 ):
-    """Compute the new main config (imports added) and the drop-in; pure, deterministic."""
+    """Compute the new main config (imports added) and the drop-in; pure, deterministic.
+    `cdi`: CDI on in the CRI runtime plugin (cdi_settings)."""
     tomlkit = _tomlkit()
     major, minor = containerd_release(containerd_version)
     deep_merge = (major, minor) >= (2, 1)
@@ -212,12 +220,20 @@ def containerd_nvidia(
     runtimes[runtime_name] = entry
     if set_default:
         section["default_runtime_name"] = runtime_name
+    if cdi:
+        cri = cdi_settings(cri, main_cri if (carry_main or deep_merge) else {}, (major, minor))
 
     dropin = tomlkit.document()
     dropin.add(
         tomlkit.comment(
-            "Managed by gpustack: the %s runtime for containerd %d.%d (%s merge of imports)."
-            % (runtime_name, major, minor, "deep" if deep_merge else "per-plugin-table")
+            "Managed by gpustack: the %s runtime%s for containerd %d.%d (%s merge of imports)."
+            % (
+                runtime_name,
+                " and CDI" if cdi else "",
+                major,
+                minor,
+                "deep" if deep_merge else "per-plugin-table",
+            )
         )
     )
     if dropin_version != 1:
@@ -236,7 +252,29 @@ def containerd_nvidia(
         "plugin_key": CRI_KEYS[dropin_version],
         "dropin_version": dropin_version,
         "merge": "deep" if deep_merge else "replace",
+        "cdi": bool(cdi),
     }
+
+
+def cdi_settings(cri, main_cri, release):
+    """The drop-in's CRI runtime plugin table with CDI on: `enable_cdi = true` (off by default
+    in containerd 1.7, on in 2.x) and, where the main file's table in force sets no
+    `cdi_spec_dirs`, containerd's default directories. The keys sit at the top of the plugin
+    table, where containerd reads them (PluginConfig, pkg/cri/config/config.go@v1.7.24;
+    RuntimeConfig, internal/cri/config/config.go@v2.1.9) and where `nvidia-ctk runtime configure
+    --cdi.enabled` writes enable_cdi (pkg/config/engine/containerd/config.go, EnableCDI). An
+    `enable_cdi = false` of the user's is overridden by the drop-in (the main file keeps it).
+    `main_cri`: the main file's CRI table where it is in force ({} where it is not)."""
+    if release < CDI_RELEASE:
+        raise AnsibleFilterError(
+            "containerd %d.%d has no CDI support (enable_cdi came with containerd 1.7)" % release
+        )
+    settings = {"enable_cdi": True}
+    if "cdi_spec_dirs" not in main_cri:
+        settings["cdi_spec_dirs"] = list(CDI_SPEC_DIRS)
+    out = dict(settings)
+    out.update((key, value) for key, value in cri.items() if key not in settings)
+    return out
 
 
 def containerd_without_nvidia(main_text, dropin_glob="/etc/containerd/conf.d/*.toml"):

@@ -281,6 +281,13 @@ def toml_has_runtime(text, name, binary):
     return has_entry and has_binary
 
 
+def toml_enable_cdi(text):
+    """`enable_cdi` of a `containerd config dump` (the CRI plugin's; the dump has no other key of
+    that name): True or False, None where containerd has no such setting (1.6)."""
+    match = re.search(r"^\s*enable_cdi\s*=\s*(true|false)\s*$", text or "", re.MULTILINE)
+    return None if match is None else match.group(1) == "true"
+
+
 def first_version(text):
     match = re.search(r"v?(\d+\.\d+(?:\.\d+)?(?:[-+~][0-9A-Za-z.+~-]*)?)", text or "")
     return match.group(1) if match else None

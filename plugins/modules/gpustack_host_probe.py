@@ -129,6 +129,7 @@ from ansible_collections.gpustack.gpustack.plugins.module_utils.gpustack_host im
     run,
     service_active,
     service_states,
+    toml_enable_cdi,
     toml_has_runtime,
     which,
 )
@@ -488,6 +489,7 @@ def runtime_wiring(kind, spec, where):
         "wired": None,
         "binary_present": os.path.exists(binary),
         "detail": "",
+        "cdi": None,  # containerd: enable_cdi in force (None: no such setting, or not containerd)
     }
     if not kind or kind == "none":
         result["detail"] = "no container runtime"
@@ -500,6 +502,7 @@ def runtime_wiring(kind, spec, where):
             result["wired"] = False
             return result
         result["wired"] = toml_has_runtime(out, name, binary)
+        result["cdi"] = toml_enable_cdi(out)
         result["detail"] = "effective configuration (containerd config dump)"
     elif kind == "docker":
         path = where["docker"]["config"]

@@ -114,7 +114,8 @@ def test_new_gpustack_content_invalidates_every_stamp():
     ("name", "value"),
     [("nvidia_driver_version", NEW), ("nvidia_driver_branch", "535"),
      ("nvidia_driver_blacklist_nouveau", False), ("gpustack_require_gpu", "true"),
-     ("nvidia_container_toolkit_version", TK_OLD), ("container_runtime_nvidia_default", True)],
+     ("nvidia_container_toolkit_version", TK_OLD), ("container_runtime_nvidia_default", True),
+     ("container_runtime_enable_cdi", "true"), ("gpustack_k8s_gpu_allocation", "dra")],
 )  # fmt: skip
 def test_any_changed_input_means_a_full_run(name, value):
     found = reasons(host_facts(resolved={**RESOLVED, name: value}))
@@ -214,6 +215,7 @@ def test_extravars_turn_recording_on_only_when_asked():
     assert "nvidia_driver_version" in names["nvidia_driver"]
     assert "gpustack_require_gpu" in names["nvidia_driver"]
     assert "container_runtime_nvidia_name" in names["container_runtime"]
+    assert "gpustack_k8s_gpu_allocation" in names["container_runtime"]  # enable_cdi auto reads it
 
 
 # --- the probe module (runs on the host) ---

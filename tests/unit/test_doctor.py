@@ -175,3 +175,38 @@ def test_containerd_2_0_to_2_2_on_a_version_1_file_is_a_warning(version, config_
             found[0].severity == "warning" and f"containerd {version} ignores" in found[0].message
         )
         assert "version = 3" in found[0].hint
+
+
+def _containerd_node(version):
+    node = facts()
+    node["gpustack_preflight"]["runtimes"][0]["version"] = version
+    return node
+
+
+def test_cdi_needed_follows_the_roles_decision():
+    assert doctor.cdi_needed({"gpustack_k8s_gpu_allocation": "dra"}) == (
+        "gpustack_k8s_gpu_allocation=dra"
+    )
+    assert doctor.cdi_needed({"container_runtime_enable_cdi": True}) == (
+        "container_runtime_enable_cdi=true"
+    )
+    assert doctor.cdi_needed({}) == ""
+    assert doctor.cdi_needed({"gpustack_k8s_gpu_allocation": "device-plugin"}) == ""
+    off = {"gpustack_k8s_gpu_allocation": "dra", "container_runtime_enable_cdi": "false"}
+    assert doctor.cdi_needed(off) == ""
+
+
+def test_dra_on_containerd_1_6_is_the_error_install_refuses_with():
+    dra = "gpustack_k8s_gpu_allocation=dra"
+    problems = doctor.find_problems("gpu1", _containerd_node("1.6.20~ds1"), cdi=dra)
+    errors = [p for p in problems if p.severity == "error"]
+    assert len(errors) == 1 and errors[0].host == "gpu1"
+    assert "containerd 1.6.20~ds1 has no CDI support, which gpustack_k8s_gpu_allocation=dra" in (
+        errors[0].message
+    )
+    assert "upgrade containerd to 1.7 or newer" in errors[0].hint
+    assert "gpustack_k8s_gpu_allocation=device-plugin" in errors[0].hint
+    # containerd with CDI, no CDI needed, or a version preflight could not read: nothing
+    assert doctor.find_problems("gpu1", _containerd_node("1.7.24~ds1"), cdi=dra) == []
+    assert doctor.find_problems("gpu1", _containerd_node("1.6.20~ds1")) == []
+    assert doctor.find_problems("gpu1", _containerd_node(None), cdi=dra) == []

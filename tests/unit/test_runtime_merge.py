@@ -409,3 +409,66 @@ def test_the_verify_failure_names_only_the_conditions_that_failed(runtime, loade
                                              "/etc/containerd/config.toml")  # fmt: skip
     assert problems == expected
     assert not any("passed" in p for p in problems)
+
+
+# CDI (container_runtime_enable_cdi; NVIDIA's DRA driver hands devices to containerd as CDI names)
+def _cdi_table(out):
+    return tomllib.loads(out["dropin"])["plugins"][out["plugin_key"]]
+
+
+def test_cdi_on_containerd_1_7_goes_into_the_cri_plugin_table_with_the_user_settings_kept():
+    out = cr.containerd_nvidia(KUBEADM, DUMP_16, "1.7.24", cdi=True)
+    cri = _cdi_table(out)
+    assert out["cdi"] is True and out["plugin_key"] == "io.containerd.grpc.v1.cri"
+    assert cri["enable_cdi"] is True
+    assert cri["cdi_spec_dirs"] == ["/etc/cdi", "/var/run/cdi"]
+    assert "enable_cdi" not in cri["containerd"]  # the plugin's key, not the containerd table's
+    assert cri["sandbox_image"] == "registry.k8s.io/pause:3.9"  # still carried
+    assert cri["containerd"]["runtimes"]["nvidia"]["options"]["BinaryName"] == BIN
+    assert "enable_cdi" not in out["main"]  # the user's file only gets the import
+    # without cdi nothing of it is written (existing installs keep their drop-in byte for byte)
+    plain = cr.containerd_nvidia(KUBEADM, DUMP_16, "1.7.24")
+    assert "cdi" not in plain["dropin"]
+
+
+def test_cdi_is_idempotent_and_the_users_spec_dirs_are_kept():
+    main = KUBEADM.replace(
+        "    sandbox_image", '    cdi_spec_dirs = ["/opt/cdi"]\n    sandbox_image'
+    )
+    first = cr.containerd_nvidia(main, DUMP_16, "1.7.24", cdi=True)
+    assert _cdi_table(first)["cdi_spec_dirs"] == ["/opt/cdi"]
+    second = cr.containerd_nvidia(first["main"], DUMP_16, "1.7.24", cdi=True)
+    assert second == first
+
+
+def test_cdi_turned_off_by_the_user_is_turned_on_by_the_dropin_the_main_file_keeps_it():
+    main = KUBEADM.replace("    sandbox_image", "    enable_cdi = false\n    sandbox_image")
+    out = cr.containerd_nvidia(main, DUMP_16, "1.7.24", cdi=True)
+    assert _cdi_table(out)["enable_cdi"] is True
+    assert "enable_cdi = false" in out["main"]
+
+
+def test_cdi_on_containerd_2_x_version_3_table():
+    v3 = 'version = 3\n[plugins."io.containerd.cri.v1.runtime"]\n  enable_cdi = false\n'
+    deep = cr.containerd_nvidia(v3, DUMP_21, "2.1.9", cdi=True)
+    cri = _cdi_table(deep)
+    assert deep["plugin_key"] == "io.containerd.cri.v1.runtime" and deep["merge"] == "deep"
+    # deep merge: the drop-in's true wins over the main file's false
+    assert cri["enable_cdi"] is True and cri["cdi_spec_dirs"] == ["/etc/cdi", "/var/run/cdi"]
+    # a deep merge keeps the main file's directories in force: not written again
+    dirs = v3 + '  cdi_spec_dirs = ["/opt/cdi"]\n'
+    assert "cdi_spec_dirs" not in _cdi_table(cr.containerd_nvidia(dirs, DUMP_21, "2.1.9", cdi=True))
+    replace = cr.containerd_nvidia(v3, DUMP_21, "2.0.5", cdi=True)
+    assert replace["merge"] == "replace" and _cdi_table(replace)["enable_cdi"] is True
+
+
+def test_cdi_on_a_version_1_file_uses_the_cri_plugin_table():
+    out = cr.containerd_nvidia('[plugins.cri]\n  sandbox_image = "pause:3.6"\n', DUMP_16, "1.7.24",
+                               cdi=True)  # fmt: skip
+    cri = tomllib.loads(out["dropin"])["plugins"]["cri"]
+    assert cri["enable_cdi"] is True and cri["sandbox_image"] == "pause:3.6"
+
+
+def test_cdi_on_containerd_1_6_is_refused():
+    with pytest.raises(cr.AnsibleFilterError, match=r"containerd 1\.6 has no CDI support"):
+        cr.containerd_nvidia(KUBEADM, DUMP_16, "1.6.20~ds1", cdi=True)

@@ -21,7 +21,8 @@ TK = "1.17.8-1~gpustackfixture"
 
 
 def facts(installed=OLD, loaded=None, gpus=0, pinned=OLD, held=True, tk=TK, tk_pinned=TK,
-          tk_held=True, wired=True, kind="containerd", inputs=None, reboot_file=False):  # fmt: skip
+          tk_held=True, wired=True, kind="containerd", inputs=None, reboot_file=False,
+          cdi=None):  # fmt: skip
     """Facts as the status play publishes them (keys of gpustack_preflight/gpustack_status)."""
     return {
         "gpustack_preflight": {
@@ -48,7 +49,7 @@ def facts(installed=OLD, loaded=None, gpus=0, pinned=OLD, held=True, tk=TK, tk_p
                 "held": ["nvidia-container-toolkit"] if tk_held else [],
                 "pinned_version": tk_pinned,
             },
-            "runtime": {"kind": kind, "wired": wired, "binary_present": bool(tk)},
+            "runtime": {"kind": kind, "wired": wired, "binary_present": bool(tk), "cdi": cdi},
             "reboot_required_file": reboot_file,
         },
         "gpustack_converged_desired": {"nvidia_driver_source": "distro", **(inputs or {})},
@@ -237,6 +238,27 @@ V3_WIRED = """version = 3
 [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.'nvidia'.options]
   BinaryName = '/usr/bin/nvidia-container-runtime'
 """
+
+
+@pytest.mark.parametrize(
+    ("cdi", "inputs", "expected"),
+    [(False, {"gpustack_k8s_gpu_allocation": "dra"},
+      ["containerd: CDI off (enable_cdi = false), which gpustack_k8s_gpu_allocation=dra needs"]),
+     (False, {"container_runtime_enable_cdi": "true"},
+      ["containerd: CDI off (enable_cdi = false), which container_runtime_enable_cdi=true needs"]),
+     (True, {"gpustack_k8s_gpu_allocation": "dra"}, []),
+     (False, {}, []),  # device-plugin: CDI is the user's business
+     (False, {"gpustack_k8s_gpu_allocation": "dra", "container_runtime_enable_cdi": "false"}, []),
+     (None, {"gpustack_k8s_gpu_allocation": "dra"}, [])],  # 1.6: install refuses it instead
+)  # fmt: skip
+def test_cdi_off_where_install_turns_it_on_is_drift(cdi, inputs, expected):
+    assert fleet.node_status("n1", facts(cdi=cdi, inputs=inputs)).drift == expected
+
+
+def test_cdi_in_a_containerd_dump():
+    assert probe.toml_enable_cdi('[plugins."io.containerd.grpc.v1.cri"]\n  enable_cdi = true\n')
+    assert probe.toml_enable_cdi("  enable_cdi = false\n") is False
+    assert probe.toml_enable_cdi(V2_WIRED) is None  # containerd 1.6 prints no such key
 
 
 def test_runtime_detection_in_toml():
