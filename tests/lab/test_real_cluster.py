@@ -230,14 +230,19 @@ def test_each_gpu_mode_installs_for_real_and_says_there_is_no_gpu(lab, mode):
     """install in each way of giving GPUs to pods, one after the other on the same cluster: the
     real API server admits the mode's objects (the device plugin's sharing config, the MPS
     control daemon, DRA's DeviceClass in resource.k8s.io/v1 and NVIDIA's DRA driver), removes
-    the other allocator's, and every node is reported without a GPU."""
+    the other allocator's, and every node is reported without a GPU. DRA runs on the Debian 13
+    node only, whose containerd (1.7) it turns CDI on in: containerd 1.6 has no CDI and is
+    refused (tests/lab/test_runtime_cdi.py)."""
     inventory, kubeconfig, varsfile = lab
     extra = [arg for var in MODES[mode] for arg in ("-e", var)]
-    code, report = install(inventory, kubeconfig, varsfile, *extra)
+    nodes = NODES[1:] if mode == "dra" else NODES
+    code, report = install(inventory, kubeconfig, varsfile, *extra, "--limit", ",".join(nodes))
     k8s = report["kubernetes"]
     assert code == report["exit_code"] == 3, report
     assert report["summary"]["failed"] == 0
-    for node in NODES:
+    cdi = node_command(CONTAINERS[1], "containerd config dump | grep -E '^ *enable_cdi'")
+    assert cdi.split() == ["enable_cdi", "=", "true" if mode == "dra" else "false"], cdi
+    for node in nodes:
         checks = {c["name"]: c for c in k8s["nodes"][node]["checks"]}
         assert checks["gpus"]["status"] == "failed"
         assert "no NVIDIA device" in checks["gpus"]["message"], checks
