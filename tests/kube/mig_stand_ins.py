@@ -114,6 +114,8 @@ class DevicePlugin:
     """STAND-IN for the device plugin and the kubelet's device manager on kwok node `node` (see
     the module doc), run from a background thread that polls every `interval` seconds."""
 
+    SELECTOR = DEVICE_PLUGIN_SELECTOR  # its DaemonSet's pods
+
     def __init__(self, kubeconfig: str, node: str, namespace: str,
                  host_gpus: Callable[[], HostGpus], interval: float = 0.05):  # fmt: skip
         self.cluster = connect(kubeconfig)  # its own client: it runs in its own thread
@@ -144,12 +146,16 @@ class DevicePlugin:
                 return
             self._stop.wait(self.interval)
 
-    def sync(self) -> None:
+    def serving_pods(self) -> list[dict]:
+        """The plugin's pods on the node that are serving (the kubelet would talk to them)."""
         pods = self.cluster.list_all(
             f"/api/v1/namespaces/{self.namespace}/pods", "list plugin pods",
-            labelSelector=DEVICE_PLUGIN_SELECTOR, fieldSelector=f"spec.nodeName={self.node}",
+            labelSelector=self.SELECTOR, fieldSelector=f"spec.nodeName={self.node}",
         )  # fmt: skip
-        serving = [p for p in pods if _serving(p)]
+        return [p for p in pods if _serving(p)]
+
+    def sync(self) -> None:
+        serving = self.serving_pods()
         registered: dict[str, int] = {}
         if serving:
             pod = serving[0]
@@ -190,6 +196,7 @@ class DraKubeletPlugin(DevicePlugin):
     """STAND-IN for NVIDIA's DRA kubelet plugin on kwok node `node` (see the module doc)."""
 
     RES = "/apis/resource.k8s.io/v1/resourceslices"
+    SELECTOR = DRA_PLUGIN_SELECTOR
 
     def __init__(self, kubeconfig: str, node: str, namespace: str,
                  host_gpus: Callable[[], HostGpus], uuids: list[str]):  # fmt: skip
@@ -205,11 +212,7 @@ class DraKubeletPlugin(DevicePlugin):
         return [d for s in slices for d in s["spec"].get("devices") or []]
 
     def sync(self) -> None:
-        pods = self.cluster.list_all(
-            f"/api/v1/namespaces/{self.namespace}/pods", "list plugin pods",
-            labelSelector=DRA_PLUGIN_SELECTOR, fieldSelector=f"spec.nodeName={self.node}",
-        )  # fmt: skip
-        serving = [p for p in pods if _serving(p)]
+        serving = self.serving_pods()
         slices = self.cluster.list_all(self.RES, "list slices",
                                        fieldSelector=f"spec.nodeName={self.node}")  # fmt: skip
         if not serving:
