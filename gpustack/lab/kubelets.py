@@ -3,7 +3,8 @@
 What a node gets (each step is idempotent; `join` can run again on a joined node):
 - Debian's containerd, runc and containernetworking-plugins (CNI) from Debian's archive;
 - a CNI `bridge` network of its own (10.244.<index>.0/24; no traffic between nodes is needed:
-  the lab's pods talk to nothing but their node);
+  the lab's pods talk to their node, and to the API server through the `kubernetes` Service,
+  which the node's netfilter routes as kube-proxy would: `service_route`);
 - the pause image: Kubernetes' own build/pause/linux/pause.c, compiled here (no registry is
   reachable; operand_images.pause_image), also named as the sandbox image the node's containerd
   asks for, so that containerd's configuration stays the user's;
@@ -24,14 +25,16 @@ import subprocess
 import tempfile
 import textwrap
 import time
+import urllib.parse
 from pathlib import Path
 
 from gpustack.errors import LabError
 from gpustack.lab import components
-from gpustack.lab.control_plane import ControlPlane
+from gpustack.lab.control_plane import SERVICE_IP, ControlPlane
 from gpustack.lab.podman import run
 
 POD_CIDR = "10.244.{index}.0/24"
+POD_NETWORK = "10.244.0.0/16"  # every node's POD_CIDR
 KUBELET_DIR = "/var/lib/kubelet"
 CNI_BIN_DIRS = ("/opt/cni/bin", "/usr/lib/cni")  # containerd's default, Debian's package
 
@@ -96,6 +99,30 @@ def kubelet_config(pod_cidr: str) -> dict:
     }
 
 
+SERVICE_ROUTE = "/etc/kubernetes/gpustack-lab-service-route.sh"
+
+
+def service_route(server: str) -> str:
+    """A shell script that lets pods reach the API server through the `kubernetes` Service, as
+    in-cluster clients do (KUBERNETES_SERVICE_HOST, SERVICE_IP:443): the lab runs no kube-proxy,
+    so the node's netfilter does for that one Service what kube-proxy's iptables rules would
+    (DNAT to the API server, for pods and the node itself, and masquerading of pod traffic to
+    it, whose replies would otherwise not find the pod network). Idempotent (-C before -A); run
+    before every kubelet start."""
+    address = urllib.parse.urlsplit(server)
+    api = f"{address.hostname}:{address.port or 443}"
+    rules = [
+        ("PREROUTING", f"-d {SERVICE_IP}/32 -p tcp --dport 443 -j DNAT --to-destination {api}"),
+        ("OUTPUT", f"-d {SERVICE_IP}/32 -p tcp --dport 443 -j DNAT --to-destination {api}"),
+        ("POSTROUTING", f"-s {POD_NETWORK} -d {address.hostname}/32 -p tcp "
+                        f"--dport {address.port or 443} -j MASQUERADE"),
+    ]  # fmt: skip
+    return "set -e\n" + "".join(
+        f"iptables -t nat -C {chain} {rule} 2>/dev/null || iptables -t nat -A {chain} {rule}\n"
+        for chain, rule in rules
+    )
+
+
 def cni_config(pod_cidr: str) -> dict:
     return {
         "cniVersion": "1.0.0",
@@ -105,7 +132,7 @@ def cni_config(pod_cidr: str) -> dict:
                 "type": "bridge",
                 "bridge": "cni0",
                 "isGateway": True,
-                "ipMasq": False,  # no iptables needed: pods reach their node only
+                "ipMasq": False,  # pods reach their node, and the API server (service_route)
                 "ipam": {
                     "type": "host-local",
                     "ranges": [[{"subnet": pod_cidr}]],
@@ -125,6 +152,7 @@ UNIT = textwrap.dedent(
     Wants=containerd.service
 
     [Service]
+    ExecStartPre=/bin/sh {route}
     ExecStart=/usr/local/bin/kubelet \\
       --config=/var/lib/kubelet/config.yaml \\
       --kubeconfig=/etc/kubernetes/kubelet.conf \\
@@ -202,9 +230,10 @@ def ensure_packages(container: str) -> None:
     """containerd, runc and the CNI plugins from Debian's archive (the node's user runtime)."""
     _exec(
         container,
-        "dpkg-query -W containerd runc containernetworking-plugins >/dev/null 2>&1 || "
+        "dpkg-query -W containerd runc containernetworking-plugins iptables >/dev/null 2>&1 || "
         "{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "
-        "--no-install-recommends containerd runc containernetworking-plugins >/dev/null; }\n"
+        "--no-install-recommends containerd runc containernetworking-plugins iptables "
+        ">/dev/null; }\n"
         # containerd's CRI looks for plugins in /opt/cni/bin; Debian installs /usr/lib/cni.
         "[ -e /opt/cni/bin/bridge ] || "
         "{ mkdir -p /opt/cni && ln -sfn /usr/lib/cni /opt/cni/bin; }\n"
@@ -319,8 +348,11 @@ def join(
         (work / "config.yaml").write_text(json.dumps(kubelet_config(pod_cidr), indent=2))
         (work / "10-gpustack-lab.conflist").write_text(json.dumps(cni_config(pod_cidr), indent=2))
         (work / "kubelet.service").write_text(
-            UNIT.format(version=components.KUBERNETES_VERSION, node=node, lab=lab)
+            UNIT.format(
+                version=components.KUBERNETES_VERSION, node=node, lab=lab, route=SERVICE_ROUTE
+            )
         )
+        (work / "service-route.sh").write_text(service_route(server))
         _exec(
             container,
             f"mkdir -p /etc/kubernetes/pki /etc/kubernetes/manifests {KUBELET_DIR} /etc/cni/net.d",
@@ -330,6 +362,7 @@ def join(
         _copy(container, work / "config.yaml", f"{KUBELET_DIR}/config.yaml")
         _copy(container, work / "10-gpustack-lab.conflist", "/etc/cni/net.d/")
         _copy(container, work / "kubelet.service", "/etc/systemd/system/kubelet.service")
+        _copy(container, work / "service-route.sh", SERVICE_ROUTE)
     installed = (
         _exec(
             container, "sha256sum /usr/local/bin/kubelet 2>/dev/null | cut -d' ' -f1", check=False

@@ -119,6 +119,20 @@ def test_kubelet_and_cni_configuration():
     assert cni["plugins"][0]["ipMasq"] is False
 
 
+def test_pods_reach_the_api_server_through_the_kubernetes_service():
+    """No kube-proxy in the lab: the node's netfilter sends the `kubernetes` Service's
+    ClusterIP:443 to the API server (pods and the node), masquerading pod traffic to it only;
+    each rule is checked before it is added, and the kubelet's unit runs the script first."""
+    script = kubelets.service_route("https://10.88.0.1:39303")
+    dnat = "-d 10.96.0.1/32 -p tcp --dport 443 -j DNAT --to-destination 10.88.0.1:39303"
+    masq = "-s 10.244.0.0/16 -d 10.88.0.1/32 -p tcp --dport 39303 -j MASQUERADE"
+    for chain, rule in (("PREROUTING", dnat), ("OUTPUT", dnat), ("POSTROUTING", masq)):
+        line = f"iptables -t nat -C {chain} {rule} 2>/dev/null || iptables -t nat -A {chain} {rule}"
+        assert line in script.splitlines(), script
+    unit = kubelets.UNIT.format(version="1", node="n", lab="l", route=kubelets.SERVICE_ROUTE)
+    assert f"ExecStartPre=/bin/sh {kubelets.SERVICE_ROUTE}" in unit
+
+
 def test_prometheus_operators_crds_are_generated_once_and_then_read_from_the_cache(
     monkeypatch, tmp_path
 ):
