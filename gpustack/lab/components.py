@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -196,8 +197,31 @@ CONTROLLER_GEN = GoComponent(
     packages=("sigs.k8s.io/controller-tools/cmd/controller-gen",),
 )
 
+# A STAND-IN for NVIDIA's DRA kubelet plugin (github.com/NVIDIA/k8s-dra-driver-gpu is not served
+# by the Go module proxy): Kubernetes' own DRA test driver under NVIDIA's driver name, with
+# simulated GPUs (go/gpu-kubelet-plugin/main.go says what it does and does not). Its cache key
+# carries a digest of that source, so a change to it rebuilds the binary.
+DRA_STAND_IN_MAIN = Path(__file__).parent / "go" / "gpu-kubelet-plugin" / "main.go"
+DRA_STAND_IN = GoComponent(
+    name="dra-stand-in-" + hashlib.sha256(DRA_STAND_IN_MAIN.read_bytes()).hexdigest()[:12],
+    version=KUBERNETES_VERSION,
+    module="k8s.io/kubernetes",
+    packages=("gpustack.local/build/gpu-kubelet-plugin",),
+    ldflags=_kubernetes_ldflags(),
+    replaces=_kubernetes_replaces,
+)
+
 COMPONENTS: dict[str, GoComponent] = {
-    c.name: c for c in (KUBERNETES, ETCD, KWOK, DEVICE_PLUGIN, CONTAINER_TOOLKIT, CONTROLLER_GEN)
+    c.name: c
+    for c in (
+        KUBERNETES,
+        ETCD,
+        KWOK,
+        DEVICE_PLUGIN,
+        CONTAINER_TOOLKIT,
+        CONTROLLER_GEN,
+        DRA_STAND_IN,
+    )
 }
 
 # The wrapper's own main packages (etcd has no main package in a module of its own).
@@ -207,6 +231,7 @@ _WRAPPER_MAINS = {
         'package main\n\nimport (\n\t"os"\n\n\t"go.etcd.io/etcd/server/v3/etcdmain"\n)\n\n'
         "func main() { etcdmain.Main(os.Args) }\n",
     ),
+    DRA_STAND_IN.name: ("gpu-kubelet-plugin", DRA_STAND_IN_MAIN.read_text()),
 }
 
 

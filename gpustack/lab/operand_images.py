@@ -38,6 +38,9 @@ LAB_REGISTRY = "lab.gpustack.local"
 # The verification pod's image: busybox-static and glibc (nvidia-smi, injected by the nvidia
 # runtime with the driver's libraries, links glibc). Not NVIDIA's CUDA image: its own name.
 VERIFY_REPOSITORY = "gpustack/lab-verify"
+# A STAND-IN for NVIDIA's DRA driver image (components.DRA_STAND_IN): its own name, so nothing
+# mistakes it for NVIDIA's.
+DRA_STAND_IN_REPOSITORY = "gpustack/lab-dra-stand-in"
 PAUSE_REPOSITORY = "registry.k8s.io/pause"
 # Bumped when the layout of an image changes, so cached archives are rebuilt.
 LAYOUT = 1
@@ -68,6 +71,8 @@ def lab_cluster_vars() -> dict[str, str]:
         "gpustack_k8s_device_plugin_tag": f"v{components.DEVICE_PLUGIN_VERSION}",
         "gpustack_k8s_verify_image": VERIFY_REPOSITORY,
         "gpustack_k8s_verify_tag": verify_tag(),
+        "gpustack_k8s_dra_driver_image": DRA_STAND_IN_REPOSITORY,
+        "gpustack_k8s_dra_driver_tag": f"k8s-test-driver-v{components.KUBERNETES_VERSION}",
     }
 
 
@@ -388,6 +393,45 @@ def verify_image(log: Callable[[str], None] = lambda _: None) -> OperandImage:
     return _build_image("lab-verify", directory, refs, layout, log)
 
 
+def dra_stand_in_image(log: Callable[[str], None] = lambda _: None) -> OperandImage:
+    """A STAND-IN for NVIDIA's DRA driver image, under the name gpustack renders with the lab's
+    variables: Kubernetes' DRA test driver as /usr/bin/gpu-kubelet-plugin (simulated GPUs; see
+    components.DRA_STAND_IN), and /usr/bin/kubelet-plugin-prestart.sh, which upstream's init
+    container runs with bash to wait for the driver: here it only says that there is none to
+    wait for. bash is this machine's (the init container's command names it)."""
+    component = components.DRA_STAND_IN
+    bindir = components.build(component, log)
+    refs = (lab_config().image("dra_driver"),)
+
+    def layout(root: Path) -> dict:
+        _base_dirs(root)
+        _install_with_libraries(root, bindir / "gpu-kubelet-plugin", "/usr/bin/gpu-kubelet-plugin")
+        _install_with_libraries(root, Path("/bin/bash"), "/usr/bin/bash")
+        (root / "usr/bin/kubelet-plugin-prestart.sh").write_text(
+            "echo \"gpustack lab stand-in for NVIDIA's DRA driver: its GPUs are simulated, "
+            'there is no driver to wait for"\n'
+        )
+        _busybox(root, "/busybox", ("sh", "ls", "cat", "sleep"))
+        (root / "bin").mkdir(exist_ok=True)
+        (root / "bin/sh").symlink_to("/busybox/sh")
+        return {
+            "Env": [PATH_ENV],
+            "Entrypoint": ["gpu-kubelet-plugin"],
+            "Labels": {
+                "io.gpustack.lab.built-from": (
+                    f"k8s.io/kubernetes@v{components.KUBERNETES_VERSION} "
+                    "test/e2e/dra/test-driver/app and gpustack/lab/go/gpu-kubelet-plugin"
+                ),
+                "io.gpustack.lab.note": "STAND-IN for NVIDIA's DRA kubelet plugin: simulated "
+                "GPUs, no device given to containers; not NVIDIA's image",
+            },
+        }
+
+    return _build_image(
+        "lab-dra-stand-in", components.component_dir(component) / "images", refs, layout, log
+    )
+
+
 def pause_image(log: Callable[[str], None] = lambda _: None) -> OperandImage:
     """Kubernetes' pause image from the pinned release's build/pause/linux/pause.c, compiled as
     its Makefile does (gcc -Os -Wall -Werror -static, stripped) into its Dockerfile's layout
@@ -421,6 +465,7 @@ def build_all(log: Callable[[str], None] = lambda _: None) -> dict[str, OperandI
     return {
         "device_plugin": device_plugin_image(log),
         "verify": verify_image(log),
+        "dra_driver": dra_stand_in_image(log),
         "pause": pause_image(log),
     }
 

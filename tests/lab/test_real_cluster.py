@@ -61,6 +61,10 @@ def lab(tmp_path_factory):
         images = operand_images.build_all()
         for container in CONTAINERS:
             operand_images.load_into_node(container, images.values())
+            # the tests' own workload image (busybox)
+            kubelets.import_image(
+                container, lab_fixtures.build_busybox_image(), lab_fixtures.IMAGE_REF
+            )
         yield inventory, kubeconfig, varsfile
     finally:
         run_cli("lab", "down", "--name", LAB)
@@ -147,8 +151,6 @@ def test_pods_run_through_the_nvidia_runtime_class(lab):
     its Go module, which passes a spec that asks for no GPU on to runc unchanged
     (internal/modifier/cdi.go: "No devices requested; no modification required.")."""
     _, kubeconfig, _ = lab
-    for container in CONTAINERS:
-        kubelets.import_image(container, lab_fixtures.build_busybox_image(), lab_fixtures.IMAGE_REF)
     for node, container in zip(NODES, CONTAINERS, strict=True):
         status, log = run_pod(kubeconfig, node, None)
         assert status["phase"] == "Succeeded", status
@@ -429,6 +431,163 @@ def test_a_rolling_upgrade_drains_a_real_node_and_stops_at_validation(lab, tmp_p
         core.patch_node(other, {"spec": {"unschedulable": None}})
         core.patch_node(node, {"spec": {"unschedulable": None}, "metadata": {
             "labels": {"nvidia.com/gpu-driver-upgrade-state": None, **dict.fromkeys(clients)}}})  # fmt: skip
+
+
+DRA = ("-e", "gpustack_k8s_gpu_allocation=dra")
+
+
+def test_dra_on_a_real_kubelet_and_an_upgrade_that_evicts_a_dra_workload(lab, tmp_path):
+    """DRA mode end to end on the Debian 13 node's real kubelet and containerd 1.7, with a
+    labelled STAND-IN for NVIDIA's DRA kubelet plugin (NVIDIA's module is not served here):
+    Kubernetes' own DRA test driver under NVIDIA's driver name with two simulated GPUs, in the
+    DaemonSet gpustack renders (operand_images.dra_stand_in_image).
+
+    - the plugin passes its gRPC startup probe, registers with the kubelet and publishes its
+      ResourceSlice; install still says "no NVIDIA device" (the host has none);
+    - a workload's claim from gpustack's DeviceClass gpu.nvidia.com is allocated by the real
+      scheduler, prepared by the kubelet through the plugin, and its CDI spec reaches the
+      container through the CDI support install turned on in containerd;
+    - a pod bound with spec.nodeName never gets its claim allocated, and the kubelet refuses to
+      start it (FailedPrepareDynamicResources);
+    - `gpustack upgrade` (GPU pods only, no --drain) evicts that workload as a GPU pod, leaves
+      a pod without a claim running, pauses the DRA kubelet plugin (its pod gone) around the
+      driver role and resumes it; validation then finds the republished devices and fails at
+      its verification pod, which gets a device but has no nvidia-smi (no GPU to give one)."""
+    inventory, kubeconfig, varsfile = lab
+    from kubernetes import client, config
+
+    api_client = config.new_client_from_config(str(kubeconfig))
+    core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
+    custom = client.CustomObjectsApi(api_client)
+    node = NODES[1]
+    plugin_label = {"nvidia.com/gpu.deploy.dra-driver": "true"}
+    ns = "dra-probe"
+
+    def slices() -> list[dict]:
+        items = custom.list_cluster_custom_object("resource.k8s.io", "v1", "resourceslices")
+        return [s for s in items["items"]
+                if s["spec"].get("nodeName") == node and s["spec"]["driver"] == "gpu.nvidia.com"]  # fmt: skip
+
+    def plugin_ready() -> list[str]:
+        pods = core.list_namespaced_pod(NAMESPACE, field_selector=f"spec.nodeName={node}").items
+        return [p.metadata.name for p in pods if p.metadata.name.startswith("nvidia-dra-driver")
+                and not p.metadata.deletion_timestamp and any(
+                    c.type == "Ready" and c.status == "True" for c in p.status.conditions or []
+                )]  # fmt: skip
+
+    def wait_plugin(what: str) -> None:
+        try:
+            wait_until(plugin_ready, what, timeout=240)
+        except AssertionError as exc:  # say why: the pods' states and the namespace's events
+            pods = core.list_namespaced_pod(NAMESPACE, field_selector=f"spec.nodeName={node}")
+            events = core.list_namespaced_event(NAMESPACE).items
+            raise AssertionError(f"{exc}: {api_client.sanitize_for_serialization(pods.items)} "
+                                 f"{[(e.reason, e.message) for e in events[-15:]]}") from None  # fmt: skip
+
+    def deployment(name: str, claim: bool) -> dict:
+        labels = {"app": name}
+        container = {"name": name, "image": lab_fixtures.IMAGE_REF, "imagePullPolicy": "Never",
+                     "command": ["/bin/sh", "-c", "env | grep ^claim_; exec sleep 3600"]}  # fmt: skip
+        spec = {"terminationGracePeriodSeconds": 1, "containers": [container],
+                "nodeSelector": {"kubernetes.io/hostname": node}}  # fmt: skip
+        if claim:
+            container["resources"] = {"claims": [{"name": "gpu"}]}
+            spec["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}]
+        return {"metadata": {"name": name}, "spec": {"replicas": 1, "selector": {
+            "matchLabels": labels}, "template": {"metadata": {"labels": labels}, "spec": spec}}}  # fmt: skip
+
+    def running(app: str) -> list[client.V1Pod] | None:
+        pods = core.list_namespaced_pod(ns, label_selector=f"app={app}").items
+        found = [
+            p for p in pods if p.status.phase == "Running" and not p.metadata.deletion_timestamp
+        ]
+        return found or None
+
+    code, report = install(inventory, kubeconfig, varsfile, *DRA, "--limit", node)
+    assert code == report["exit_code"] == 3, report
+    checks = {c["name"]: c for c in report["kubernetes"]["nodes"][node]["checks"]}
+    assert "no NVIDIA device" in checks["gpus"]["message"], checks
+    try:
+        core.patch_node(node, {"metadata": {"labels": plugin_label}})  # a user's label
+        wait_plugin("the DRA kubelet plugin Ready")
+        published = wait_until(slices, "the plugin's ResourceSlice", timeout=120)
+        devices = published[0]["spec"]["devices"]
+        assert [d["name"] for d in devices] == ["gpu-0", "gpu-1"], devices
+        assert devices[0]["attributes"]["productName"]["string"] == (
+            "gpustack lab stand-in (no GPU)"
+        )
+
+        core.create_namespace({"metadata": {"name": ns}})
+        custom.create_namespaced_custom_object("resource.k8s.io", "v1", ns,
+            "resourceclaimtemplates", {"apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate", "metadata": {"name": "one-gpu"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": "gpu.nvidia.com"}}]}}}})  # fmt: skip
+        apps.create_namespaced_deployment(ns, deployment("dra-workload", claim=True))
+        apps.create_namespaced_deployment(ns, deployment("bystander", claim=False))
+        workload = wait_until(lambda: running("dra-workload"), "the DRA workload Running",
+                              timeout=180)[0]  # fmt: skip
+        bystander = wait_until(lambda: running("bystander"), "the bystander Running",
+                               timeout=180)[0]  # fmt: skip
+        claims = custom.list_namespaced_custom_object("resource.k8s.io", "v1", ns,
+                                                      "resourceclaims")["items"]  # fmt: skip
+        results = [r for c in claims for r in c["status"]["allocation"]["devices"]["results"]]
+        assert [(r["driver"], r["pool"]) for r in results] == [("gpu.nvidia.com", node)], results
+        log = core.read_namespaced_pod_log(workload.metadata.name, ns)
+        # the test driver's CDI edit: claim_<claim>_<request>=true, through containerd's CDI
+        assert log.strip().endswith("_gpu=true") and log.startswith("claim_"), log
+
+        # a pod bound with spec.nodeName bypasses the scheduler, which is what allocates claims:
+        # the kubelet never starts it (why gpustack places its DRA verification pods by affinity)
+        pinned = {"metadata": {"name": "pinned"}, "spec": {
+            "nodeName": node, "resourceClaims": [
+                {"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+            "containers": [{"name": "c", "image": lab_fixtures.IMAGE_REF,
+                            "imagePullPolicy": "Never", "command": ["/bin/sh", "-c", "exit 0"],
+                            "resources": {"claims": [{"name": "gpu"}]}}]}}  # fmt: skip
+        core.create_namespaced_pod(ns, pinned)
+
+        def refused() -> list[str]:
+            events = core.list_namespaced_event(ns, field_selector="involvedObject.name=pinned")
+            return [e.message for e in events.items
+                    if e.reason == "FailedPrepareDynamicResources"]  # fmt: skip
+
+        assert wait_until(refused, "the kubelet's refusal of the pinned pod", timeout=90)
+        assert core.read_namespaced_pod("pinned", ns).status.phase == "Pending"
+        claims = custom.list_namespaced_custom_object("resource.k8s.io", "v1", ns,
+                                                      "resourceclaims")["items"]  # fmt: skip
+        owned = [c for c in claims if c["metadata"]["ownerReferences"][0]["name"] == "pinned"]
+        assert len(owned) == 1 and "allocation" not in owned[0].get("status", {}), owned
+        core.delete_namespaced_pod("pinned", ns, grace_period_seconds=0)
+
+        installed = node_command(CONTAINERS[1], "dpkg-query -W -f='${Version}' nvidia-smi")
+        proc = run_cli("upgrade", str(inventory), "--kubeconfig", str(kubeconfig), "--limit",
+                       node, "--driver-version", installed, "--validation-timeout", "30",
+                       "--yes", "-e", f"@{varsfile}", *DRA, "-o", "json",
+                       env={"GPUSTACK_STATE_DIR": str(tmp_path)}, timeout=1800)  # fmt: skip
+        assert proc.stdout, proc.stderr[-3000:]
+        doc = json.loads(proc.stdout)
+        assert proc.returncode == doc["exit_code"] == 1, proc.stderr[-3000:]
+        result = doc["nodes"][node]
+        assert result["state"] == "upgrade-failed", result
+        assert result["reason"].startswith(f"validation: verification pod on {node}"), result
+        notes = [t.note for t in FileStateStore(Path(doc["state_file"])).load().history]
+        assert any("evicted 1 GPU pod(s)" in n for n in notes), notes
+        driver_note = next(n for n in notes if "driver role ran" in n)
+        assert "paused GPU clients (dra-driver)" in driver_note, notes
+        assert "resumed GPU clients (1)" in driver_note, notes
+        # the workload left, the pod without a claim stayed; the plugin is back
+        assert [p.metadata.name for p in running("bystander")] == [bystander.metadata.name]
+        assert not any(p.metadata.name == workload.metadata.name
+                       for p in core.list_namespaced_pod(ns).items)  # fmt: skip
+        assert core.read_node(node).metadata.labels["nvidia.com/gpu.deploy.dra-driver"] == "true"
+        wait_plugin("the DRA kubelet plugin Ready again")
+    finally:
+        if core.list_namespace(field_selector=f"metadata.name={ns}").items:
+            core.delete_namespace(ns)
+        core.patch_node(node, {"spec": {"unschedulable": None}, "metadata": {"labels": {
+            "nvidia.com/gpu-driver-upgrade-state": None, **dict.fromkeys(plugin_label)}}})  # fmt: skip
+        install(inventory, kubeconfig, varsfile, "--limit", node)  # the device plugin again
 
 
 def node_command(container: str, command: str) -> str:

@@ -71,6 +71,11 @@ def test_the_lab_names_are_what_gpustack_renders_under_the_lab_registry():
     assert config.image("device_plugin") == device_plugin
     assert config.image("gfd") == device_plugin  # one image upstream since v0.15
     assert config.image("verify").startswith("lab.gpustack.local/gpustack/lab-verify:")
+    # the DRA stand-in carries its own name: nothing mistakes it for NVIDIA's DRA driver image
+    assert config.image("dra_driver") == (
+        "lab.gpustack.local/gpustack/lab-dra-stand-in:"
+        f"k8s-test-driver-v{components.KUBERNETES_VERSION}"
+    )
     assert operand_images.lab_cluster_vars()["gpustack_k8s_registry"] == "lab.gpustack.local"
 
 
@@ -174,3 +179,22 @@ def test_a_failed_import_says_which_image_and_why(podman):
         operand_images.load_into_node("node", [IMAGE])
     assert "could not import registry.k8s.io/pause:3.10.2" in raised.value.message
     assert "containerd.sock" in raised.value.message
+
+
+def test_the_dra_stand_in_is_keyed_by_its_source_and_built_with_kubernetes_pinned():
+    """components.DRA_STAND_IN: Kubernetes' DRA test driver at the pinned release, wrapped by
+    go/gpu-kubelet-plugin/main.go; a change to that source gives another cache directory."""
+    import hashlib
+
+    stand_in = components.DRA_STAND_IN
+    digest = hashlib.sha256(components.DRA_STAND_IN_MAIN.read_bytes()).hexdigest()[:12]
+    assert stand_in.name == f"dra-stand-in-{digest}" and stand_in.binaries == (
+        "gpu-kubelet-plugin",
+    )
+    assert (stand_in.module, stand_in.version) == (
+        "k8s.io/kubernetes",
+        components.KUBERNETES_VERSION,
+    )
+    source = components.DRA_STAND_IN_MAIN.read_text()
+    assert '"k8s.io/kubernetes/test/e2e/dra/test-driver/app"' in source
+    assert 'const driverName = "gpu.nvidia.com"' in source and "stand-in (no GPU)" in source
