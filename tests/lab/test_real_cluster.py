@@ -517,6 +517,13 @@ def test_dra_on_a_real_kubelet_and_an_upgrade_that_evicts_a_dra_workload(lab, tm
             "gpustack lab stand-in (no GPU)"
         )
 
+        proc = run_cli("status", str(inventory), "--kubeconfig", str(kubeconfig), "-e",
+                       f"@{varsfile}", *DRA, "--limit", node, "-o", "json", timeout=600)  # fmt: skip
+        view = json.loads(proc.stdout)["nodes"][node]
+        k8s = view["kubernetes"]
+        assert k8s["allocator"] == "dra" and k8s["allocatable_gpus"] == 2, k8s  # the stand-in's
+        assert k8s["device_plugin_ready"] is True and len(k8s["device_plugin_pods"]) == 1, k8s
+
         core.create_namespace({"metadata": {"name": ns}})
         custom.create_namespaced_custom_object("resource.k8s.io", "v1", ns,
             "resourceclaimtemplates", {"apiVersion": "resource.k8s.io/v1",
