@@ -291,6 +291,8 @@ class ControlPlane:
             logfile.close()
             self._procs[name] = proc
             pids[name] = proc.pid
+            state["pids"] = pids  # recorded at once: stop() ends what a failed start left
+            self._save_state(state)
             if name == "etcd":
                 self._wait_port(state["ports"]["etcd"], "etcd", timeout)
             if name == "kube-apiserver":

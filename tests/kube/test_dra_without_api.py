@@ -6,7 +6,7 @@ kube-scheduler at the pinned 1.36.3, kwok nodes) whose API server runs with
 flag and its discovery does not list it (asserted below), as on a release before 1.34 (no
 release that lacks the group is built here). Two more flags follow from 1.36 locking the
 DynamicResourceAllocation feature gate on (`--feature-gates=DynamicResourceAllocation=false`
-is refused: "feature is locked to true"):
+is refused: "feature is locked to true", asserted below):
 - the API server authorizes with RBAC only: the Node authorizer watches v1 ResourceSlices, its
   informer never syncs without the group and /readyz stays 500 (`informer-sync`). No request
   here is a kubelet's, which is what the Node authorizer is for;
@@ -30,8 +30,9 @@ from pathlib import Path
 
 import pytest
 
-from gpustack.errors import BadInput
+from gpustack.errors import BadInput, LabError
 from gpustack.k8s.cluster import connect, flow
+from gpustack.lab.control_plane import ControlPlane
 from tests.builders import gpu_facts, inventory, run_result, smi_output, uuids_for
 from tests.conftest import run_cli
 from tests.kube.conftest import control_plane, gpustack_calls, gpustack_requests
@@ -89,6 +90,23 @@ def test_the_api_server_serves_no_resource_k8s_io_v1(old):
     assert "--authorization-mode=RBAC" in args and "--authorization-mode=Node,RBAC" not in args
     with urllib.request.urlopen(f"{old.cp.server}/readyz", context=old.cp._ssl_context()) as ready:
         assert ready.status == 200
+
+
+def test_the_dra_feature_gate_is_locked_on_in_1_36(tmp_path):
+    """Why the group is switched off by --runtime-config alone: the gate cannot be."""
+    cp = ControlPlane(
+        tmp_path / "gate",
+        with_controllers=False,
+        apiserver_args=("--feature-gates=DynamicResourceAllocation=false",),
+    )
+    try:
+        with pytest.raises(LabError) as caught:
+            cp.start(timeout=60)
+        assert "cannot set feature gate DynamicResourceAllocation to false" in str(caught.value)
+        assert "feature is locked to true" in str(caught.value)
+    finally:
+        cp.stop()
+    assert cp.running() == {}  # etcd, started before the API server failed, is stopped too
 
 
 def test_a_cluster_without_resource_k8s_io_v1_is_refused_before_anything_is_applied(
