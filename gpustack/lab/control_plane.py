@@ -60,6 +60,20 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def with_flags(command: list[str], flags: tuple[str, ...]) -> list[str]:
+    """`command` with `flags` (`--name=value`): a flag of a name `command` has replaces it there,
+    the others are appended in their order."""
+    command = list(command)
+    for flag in flags:
+        name = flag.split("=", 1)[0] + "="
+        at = next((i for i, arg in enumerate(command) if arg.startswith(name)), None)
+        if at is None:
+            command.append(flag)
+        else:
+            command[at] = flag
+    return command
+
+
 @dataclass
 class ControlPlane:
     root: Path  # pki/, etcd/, logs/, *.kubeconfig, state.json
@@ -68,6 +82,11 @@ class ControlPlane:
     detach: bool = False  # processes outlive this Python process
     with_controllers: bool = True  # kube-controller-manager and kube-scheduler too
     audit: bool = False  # the API server writes an audit log of the admin's requests
+    # More flags (`--name=value`) for kube-apiserver and kube-scheduler: one naming a flag the
+    # command line already has replaces it, the others are appended
+    # (`--runtime-config=GROUP/VERSION=false` serves a cluster without that API version).
+    apiserver_args: tuple[str, ...] = ()
+    scheduler_args: tuple[str, ...] = ()
     _procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
     # ---- layout -------------------------------------------------------------------------
@@ -233,6 +252,8 @@ class ControlPlane:
                 f"--audit-log-path={self.audit_log}",
                 "--audit-log-mode=blocking",
             ]
+        cmds["kube-apiserver"] = with_flags(cmds["kube-apiserver"], self.apiserver_args)
+        cmds["kube-scheduler"] = with_flags(cmds["kube-scheduler"], self.scheduler_args)
         if not self.with_controllers:
             del cmds["kube-controller-manager"], cmds["kube-scheduler"]
         return cmds
@@ -270,6 +291,8 @@ class ControlPlane:
             logfile.close()
             self._procs[name] = proc
             pids[name] = proc.pid
+            state["pids"] = pids  # recorded at once: stop() ends what a failed start left
+            self._save_state(state)
             if name == "etcd":
                 self._wait_port(state["ports"]["etcd"], "etcd", timeout)
             if name == "kube-apiserver":

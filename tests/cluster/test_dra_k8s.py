@@ -8,19 +8,17 @@ driver or a real kube-apiserver, scheduler or kubelet.
 
 What a real control plane can show moved to tests/kube/test_dra.py (validation, the
 resourceclaim controller, kube-scheduler's allocation, install/uninstall/status/check mode,
-MIG devices, busy nodes, the verification pods' output). Left here: a cluster without
-resource.k8s.io/v1 (kube-apiserver 1.36 cannot run without it), the plugin image failing
-without a driver, the kubelet's refusal of a pod whose claim was never allocated, the emulated
-runtime's view of a CUDA image next to CDI devices, and the emulator's own CEL guard.
+MIG devices, busy nodes, the verification pods' output), and a cluster without
+resource.k8s.io/v1 to tests/kube/test_dra_without_api.py (a real API server with the group
+switched off by `--runtime-config`). Left here: the plugin image failing without a driver, the
+kubelet's refusal of a pod whose claim was never allocated, the emulated runtime's view of a CUDA
+image next to CDI devices, and the emulator's own CEL guard.
 """
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 
-from gpustack.errors import BadInput
 from gpustack.k8s.cluster import flow
 from tests.cluster.emulator.errors import ApiError
 from tests.cluster.helpers import gpu_cluster, gpu_facts, inventory, run_result
@@ -33,87 +31,6 @@ RES = "resource.k8s.io/v1"
 def session_for(kubeconfig, hosts, extravars=None):
     extravars = DRA if extravars is None else extravars
     return flow.prepare(str(kubeconfig), inventory(kubeconfig.parent, hosts), extravars)
-
-
-def _store_snapshot(emu):
-    with emu.lock:
-        return copy.deepcopy(emu.store.objects), emu.store.rv
-
-
-def test_a_cluster_without_resource_k8s_io_v1_is_refused_before_anything_is_applied(
-    cluster, kubeconfig, clock
-):
-    emu = cluster.emulator
-    emu.without_dra()
-    gpu_cluster(emu, {"gpu1": 1})
-    before = _store_snapshot(emu)
-    writes_before = sum(emu.count(m) for m in ("POST", "PUT", "PATCH", "DELETE"))
-
-    with pytest.raises(BadInput) as caught:
-        session_for(kubeconfig, ["gpu1"])
-
-    assert "resource.k8s.io/v1" in caught.value.message
-    assert (
-        "does not serve" in caught.value.message and "nothing was applied" in caught.value.message
-    )
-    assert "1.34" in caught.value.hint and "device-plugin" in caught.value.hint
-    assert _store_snapshot(emu) == before
-    assert sum(emu.count(m) for m in ("POST", "PUT", "PATCH", "DELETE")) == writes_before
-
-
-def test_the_same_cluster_is_accepted_with_the_device_plugin(cluster, kubeconfig):
-    emu = cluster.emulator
-    emu.without_dra()
-    session = session_for(kubeconfig, ["gpu1"], extravars={})
-    assert session is not None and session.config.gpu_allocation == "device-plugin"
-
-
-def test_the_cli_refuses_dra_on_an_old_cluster_with_error_and_hint_and_no_change(
-    tmp_path, state_dir, cluster
-):
-    import sys
-
-    from tests.conftest import run_cli
-
-    emu = cluster.emulator
-    emu.without_dra()
-    emu.add_node("gpuhost")
-    kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig")
-    inv = tmp_path / "inventory.ini"
-    inv.write_text(
-        f"[gpu_nodes]\ngpuhost ansible_connection=local ansible_python_interpreter={sys.executable}\n"
-    )
-    before = _store_snapshot(emu)
-
-    result = run_cli(
-        "install", str(inv), "--kubeconfig", str(kubeconfig), "--tags", "gpu_preflight",
-        "-e", "gpustack_k8s_gpu_allocation=dra", timeout=300,
-    )  # fmt: skip
-
-    assert result.returncode == 2, result.stdout + result.stderr
-    output = result.stdout + result.stderr
-    errors = [line for line in output.splitlines() if line.startswith("Error:")]
-    hints = [line for line in output.splitlines() if line.startswith("Hint:")]
-    assert len(errors) == 1 and "resource.k8s.io/v1" in errors[0], output
-    assert len(hints) == 1 and "1.34" in hints[0]
-    assert "Traceback" not in output
-    assert _store_snapshot(emu) == before
-    assert not (state_dir / "runs").exists() or not list((state_dir / "runs").iterdir())
-
-
-def test_uninstall_on_a_cluster_without_dra_passes_over_its_kinds(cluster, kubeconfig, clock):
-    emu = cluster.emulator
-    emu.without_dra()  # no resource.k8s.io/v1: no DeviceClass to look for
-    gpu_cluster(emu, {"gpu1": 1})
-    facts = {"gpu1": gpu_facts("gpu1", 1)}
-    assert flow.install(
-        session_for(kubeconfig, ["gpu1"], {}), run_result(facts), clock=clock
-    ).passed
-
-    result = flow.uninstall(session_for(kubeconfig, ["gpu1"], {}))
-
-    assert "DaemonSet gpustack-system/nvidia-device-plugin" in result["deleted"]
-    assert not [ref for ref in result["deleted"] if ref.startswith("DeviceClass")]
 
 
 def test_a_node_without_the_dra_plugin_running_fails_the_devices_check(cluster, kubeconfig, clock):

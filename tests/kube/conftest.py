@@ -21,6 +21,7 @@ import subprocess
 import time
 import urllib.error
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -158,19 +159,30 @@ def _start_kwok(cp: ControlPlane, kubeconfig: Path, logdir: Path) -> subprocess.
     return proc
 
 
-@pytest.fixture(scope="session")
-def kube(tmp_path_factory) -> Kube:
-    root = tmp_path_factory.mktemp("kube")
-    cp = ControlPlane(root, audit=True)  # tests count gpustack's API calls in its audit log
-    kubeconfig = cp.start()
-    kwok = _start_kwok(cp, kubeconfig, root / "logs")
-    yield Kube(cp, kubeconfig)
-    kwok.terminate()
+@contextlib.contextmanager
+def control_plane(root: Path, **options) -> Iterator[Kube]:
+    """A control plane in `root` with kwok, stopped when the block ends. It keeps an audit log:
+    tests count gpustack's API calls there. `options`: ControlPlane's."""
+    cp = ControlPlane(root, audit=True, **options)
     try:
-        kwok.wait(10)
-    except subprocess.TimeoutExpired:
-        kwok.kill()
-    cp.stop()
+        kubeconfig = cp.start()
+        kwok = _start_kwok(cp, kubeconfig, root / "logs")
+        try:
+            yield Kube(cp, kubeconfig)
+        finally:
+            kwok.terminate()
+            try:
+                kwok.wait(10)
+            except subprocess.TimeoutExpired:
+                kwok.kill()
+    finally:
+        cp.stop()
+
+
+@pytest.fixture(scope="session")
+def kube(tmp_path_factory) -> Iterator[Kube]:
+    with control_plane(tmp_path_factory.mktemp("kube")) as running:
+        yield running
 
 
 @pytest.fixture

@@ -26,11 +26,11 @@ STAND-INS:
     as the pod's log, and writes the pod's status as a kubelet would when the container exits 0
     (`VerifyPodExits`). gpustack then judges that listing against the host and the slices.
 
-Left on the emulator: a cluster without resource.k8s.io/v1 (kube-apiserver 1.36 locks the
-DynamicResourceAllocation gate on, and with `--runtime-config=resource.k8s.io/v1=false` its own
-ResourceSlice informer never syncs, so /readyz stays 500: that needs an older API server), the
-DRA kubelet plugin crashing without a driver (the operand image's behaviour) and the kubelet's
-refusal of a pod whose claim was never allocated.
+A cluster without resource.k8s.io/v1 is a second control plane, in test_dra_without_api.py
+(`--runtime-config=resource.k8s.io/v1=false`; why it also runs without the Node authorizer and
+with kube-scheduler emulating 1.33 is there). Left on the emulator: the DRA kubelet plugin
+crashing without a driver (the operand image's behaviour) and the kubelet's refusal of a pod
+whose claim was never allocated.
 """
 
 from __future__ import annotations

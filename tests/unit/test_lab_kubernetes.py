@@ -9,6 +9,7 @@ from cryptography.x509.oid import NameOID
 
 from gpustack.errors import LabError
 from gpustack.lab import components, kubelets
+from gpustack.lab.control_plane import ControlPlane
 from gpustack.lab.pki import Pki, kubeconfig
 
 GOMOD = """module k8s.io/kubernetes
@@ -152,3 +153,31 @@ def test_prometheus_operators_crds_are_generated_once_and_then_read_from_the_cac
 
     monkeypatch.setattr(components, "_go", no_go)
     assert components.prometheus_operator_crds() == target
+
+
+def test_a_control_planes_extra_flags_replace_theirs_or_are_appended(tmp_path):
+    state = {"ports": {"apiserver": 6443, "etcd": 2379, "etcd_peer": 2380}}
+    bins = {"kubernetes": tmp_path, "etcd": tmp_path}
+    default = ControlPlane(tmp_path)._commands(state, bins)
+    changed = ControlPlane(
+        tmp_path,
+        apiserver_args=("--runtime-config=resource.k8s.io/v1=false", "--authorization-mode=RBAC"),
+        scheduler_args=("--emulated-version=1.33",),
+    )._commands(state, bins)
+    assert "--authorization-mode=Node,RBAC" in default["kube-apiserver"]
+    assert not [a for a in default["kube-apiserver"] if a.startswith("--runtime-config")]
+    api = changed["kube-apiserver"]
+    assert [a for a in api if a.startswith("--authorization-mode=")] == [
+        "--authorization-mode=RBAC"
+    ]
+    assert api.index("--authorization-mode=RBAC") == default["kube-apiserver"].index(
+        "--authorization-mode=Node,RBAC"
+    )
+    assert api[-1] == "--runtime-config=resource.k8s.io/v1=false"
+    assert api[:-1] == [
+        "--authorization-mode=RBAC" if a == "--authorization-mode=Node,RBAC" else a
+        for a in default["kube-apiserver"]
+    ]
+    assert changed["kube-scheduler"] == [*default["kube-scheduler"], "--emulated-version=1.33"]
+    assert changed["kube-controller-manager"] == default["kube-controller-manager"]
+    assert changed["etcd"] == default["etcd"]

@@ -27,7 +27,6 @@ from tests.cluster.emulator.eviction import Disruption
 from tests.cluster.emulator.hardware import NodeHardware
 from tests.cluster.emulator.images import NODE_NAME_LABEL, Outcome
 from tests.cluster.emulator.kinds import (
-    DRA_KINDS,
     NODEFEATURE_CRD,
     NODEFEATURERULE_CRD,
     SERVICEMONITOR_CRD,
@@ -308,14 +307,6 @@ class ClusterEmulator(KmockServer):
     def install_crd(self, kind: Kind = SERVICEMONITOR_CRD) -> None:
         """Create the CustomResourceDefinition object; its resource is then served."""
         self.create(crd_object(kind))
-
-    def without_dra(self) -> None:
-        """An older cluster (Kubernetes 1.33): resource.k8s.io/v1 is not served at all."""
-        with self.lock:
-            for kind in DRA_KINDS:
-                if self.store.kind_at(kind.group, kind.version, kind.plural):
-                    self.store.unregister(kind)
-            self.version.update(minor="33", gitVersion="v1.33.4+emulator")
 
     def install_nfd(self, *, master: bool = True, worker: bool = True) -> None:
         """Node Feature Discovery: its API, and (unless off) what its master and worker do."""

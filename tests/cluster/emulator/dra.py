@@ -279,17 +279,12 @@ class Dra:
         self.cluster = cluster
         self.plugins: dict[str, dict[str, str]] = {}  # node -> driver -> plugin pod uid
 
-    def served(self) -> bool:
-        return self.cluster.store.kind_at(GROUP, VERSION, "resourceclaims") is not None
-
     def kind(self, name: str) -> Kind:
         return self.cluster.kind(f"{GROUP}/{VERSION}", name)
 
     # -- the resourceclaim controller --------------------------------------------------------
 
     def sync(self) -> None:
-        if not self.served():
-            return
         cluster = self.cluster
         pods_kind = cluster.kind("v1", "Pod")
         claims_kind = self.kind("ResourceClaim")
@@ -360,7 +355,7 @@ class Dra:
             name = entry.get("resourceClaimName") or generated.get(entry["name"]) or ""
             obj = (
                 self.cluster.store.get(self.kind("ResourceClaim"), pod["metadata"]["namespace"], name)
-                if name and self.served()
+                if name
                 else None
             )  # fmt: skip
             out[entry["name"]] = (name, obj)
@@ -388,8 +383,6 @@ class Dra:
         claims = self.pod_claims(pod)
         if not claims:
             return True, "", []
-        if not self.served():
-            return False, "resource.k8s.io/v1 is not served", []
         plans = []
         taken = self._taken()
         for pod_claim, (name, claim) in claims.items():
@@ -467,11 +460,10 @@ class Dra:
         mine = self.plugins.get(node, {})
         for driver in [d for d, uid in mine.items() if uid == plugin]:
             del mine[driver]
-            if self.served():
-                kind = self.kind("ResourceSlice")
-                for slc in self._slices_on(node):
-                    if slc["spec"].get("driver") == driver:
-                        self.cluster.api.remove(kind, slc)
+            kind = self.kind("ResourceSlice")
+            for slc in self._slices_on(node):
+                if slc["spec"].get("driver") == driver:
+                    self.cluster.api.remove(kind, slc)
 
     def prepare(self, pod: dict, node: str) -> tuple[str, dict[str, list[Device]]]:
         """('' or the FailedPrepareDynamicResources message, container -> devices)."""

@@ -429,8 +429,6 @@ class DraKubeletPlugin(Profile):
         from tests.cluster.emulator.dra import slice_for
 
         cluster = ctx.cluster
-        if not cluster.dra.served():
-            return
         devices = []
         for minor, gpu in enumerate(ctx.hw.gpus):
             if not gpu.healthy:

@@ -64,8 +64,7 @@ BUILTIN_KINDS = [
         ("status",),
     ),
 ]
-# Dynamic Resource Allocation, GA in Kubernetes 1.34 (served unless a test takes it away:
-# `ClusterEmulator.without_dra()`, an older cluster). Rules in dra.py.
+# Dynamic Resource Allocation, GA in Kubernetes 1.34 (always served). Rules in dra.py.
 DRA_KINDS = [
     Kind("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", False),
     Kind("resource.k8s.io", "v1", "resourceclaims", "ResourceClaim", True, ("status",)),
