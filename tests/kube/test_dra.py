@@ -58,6 +58,8 @@ from gpustack.upgrade.state import MemoryStateStore, Target
 from tests.builders import gpu_facts, inventory, run_result, smi_output, uuids_for
 from tests.conftest import wait_until
 from tests.kube.stand_ins import Outcome, end_verification_pod, kwok_node
+from tests.kube.test_operands_per_node import crash_looping_plugin
+from tests.kube.test_verify_flow import StandInKubelet
 from tests.upgrade_doubles import NEW, FakeHostUpgrader
 
 pytestmark = pytest.mark.kube
@@ -66,6 +68,7 @@ RES = "/apis/resource.k8s.io/v1"
 JSON = "application/json"
 MERGE = "application/merge-patch+json"
 PLUGIN_DS = "nvidia-dra-driver-gpu-kubelet-plugin"
+PLUGIN_APP = "nvidia-dra-driver-gpu"  # its pods' app.kubernetes.io/name
 # short waits: kwok and the controllers act within a second or two
 FAST = {"gpustack_k8s_daemonset_timeout": 30, "gpustack_k8s_capacity_timeout": 10,
         "gpustack_k8s_verify_timeout": 20}  # fmt: skip
@@ -528,6 +531,31 @@ def test_status_reads_the_dra_plugin_and_resource_slices_not_the_device_plugin(
         "no GPU in the node's ResourceSlices (DRA driver gpu.nvidia.com)",
         "DRA kubelet plugin pod not ready on the Kubernetes node",
     ]
+
+
+def test_a_node_whose_dra_plugin_crash_loops_fails_the_operands_check_by_name(
+    cluster, kubeconfig, unique
+):
+    """NVIDIA's DRA kubelet plugin exits at start on a node without a loaded driver and keeps
+    restarting. STAND-IN: that node's kubelet is `StandInKubelet` (kwok would write its own
+    Ready status over the pod's), reporting the plugin's container in CrashLoopBackOff and
+    gpustack's other pods running; the container's exit itself is not had here (no driver, no
+    image is run). gpustack must fail the node's operands check naming the plugin's DaemonSet,
+    and nothing publishes a slice for the node."""
+    host = f"gpu1-{unique}"
+    facts = {host: gpu_facts(host, 1)}
+    session = session_for(kubeconfig, unique, [host], {"gpustack_k8s_gpu_allocation": "dra",
+                                                       "gpustack_k8s_daemonset_timeout": 15})  # fmt: skip
+
+    with StandInKubelet(cluster, host, 0, lambda pod: crash_looping_plugin(pod, PLUGIN_APP)):
+        report = flow.install(session, run_result(facts))
+
+    assert not report.passed
+    operands = report.nodes[0].check("operands")
+    assert operands.status == "failed", operands.message
+    assert PLUGIN_DS in operands.message and "CrashLoopBackOff" in operands.message
+    assert [s for s in items(cluster, f"{RES}/resourceslices")
+            if s["spec"]["nodeName"] == host] == []  # fmt: skip
 
 
 # -- resource.k8s.io/v1 as kube-apiserver, the resourceclaim controller and kube-scheduler
