@@ -15,22 +15,21 @@ STAND-INS:
     kubelet plugin publishes (NVIDIA/k8s-dra-driver-gpu cmd/gpu-kubelet-plugin/deviceinfo.go
     @03af824603ff1b1c3c3193cb25cc584690f4785c `GetDevice`: devices `gpu-<minor>` and
     `gpu-<minor>-mig-<profile id>-<start>-<size>`, attributes type, uuid, parentUUID, profile,
-    productName, driverVersion..., capacity memory; the same shape as the emulator's model in
-    tests/cluster/emulator/images.py), through the k8s.io/dynamic-resource-allocation helper's
-    naming (`<node>-gpu.nvidia.com-`, pool = node, owned by the Node). They are written with the
-    identity the plugin runs as (gpustack's ServiceAccount for it), so gpustack's ClusterRole
-    must grant what publishing takes. No GPU is involved: the devices are what the test writes.
+    productName, driverVersion..., capacity memory), through the
+    k8s.io/dynamic-resource-allocation helper's naming (`<node>-gpu.nvidia.com-`, pool = node,
+    owned by the Node). They are written with the identity the plugin runs as (gpustack's
+    ServiceAccount for it), so gpustack's ClusterRole must grant what publishing takes. No GPU is involved: the devices are what the test writes.
   - Verification pods: nothing runs `nvidia-smi -L`. When the scheduler has allocated the claim
     and kwok has the pod Running, the test records what the scheduler allocated, has kwok serve
     the listing a container given that device would print (its GPU's line, and the MIG device's)
     as the pod's log, and writes the pod's status as a kubelet would when the container exits 0
     (`VerifyPodExits`). gpustack then judges that listing against the host and the slices.
 
-Left on the emulator: a cluster without resource.k8s.io/v1 (kube-apiserver 1.36 locks the
-DynamicResourceAllocation gate on, and with `--runtime-config=resource.k8s.io/v1=false` its own
-ResourceSlice informer never syncs, so /readyz stays 500: that needs an older API server), the
-DRA kubelet plugin crashing without a driver (the operand image's behaviour) and the kubelet's
-refusal of a pod whose claim was never allocated.
+Elsewhere: the kubelet's refusal of a pod whose claim was never allocated, and a claim prepared
+through CDI, run on a real kubelet in the lab (tests/lab/test_real_cluster.py, with Kubernetes'
+DRA test driver standing in for NVIDIA's kubelet plugin). Not covered: NVIDIA's DRA kubelet
+plugin image itself (not reachable here), so its exit without a driver is only a crash-looping
+pod that a stand-in kubelet reports (below).
 """
 
 from __future__ import annotations
@@ -654,8 +653,7 @@ def test_claim_template_defaults_and_immutable_spec(cluster, unique):
     created = claim_template(cluster, ns, "one-gpu")
     exact = created["spec"]["spec"]["devices"]["requests"][0]["exactly"]
     assert (exact["allocationMode"], exact["count"]) == ("ExactCount", 1)
-    # count 0 is the unset value of v1's int64 `count`: defaulted, not refused (the emulator
-    # refused it; kube-apiserver does not)
+    # count 0 is the unset value of v1's int64 `count`: defaulted, not refused
     zero = {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 0}}
     created = claim_template(cluster, ns, "zero", zero)
     assert created["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] == 1
@@ -695,9 +693,8 @@ def test_a_container_claim_must_name_one_of_the_pods_claims(cluster, unique):
 
 
 def test_gpustacks_device_class_cel_compiles_and_a_broken_one_is_refused(cluster, device_classes):
-    """The emulator evaluated a subset of CEL and refused the rest; the API server compiles
-    every selector, so gpustack's are accepted (the fixture applied them) and a broken one is
-    refused with 422."""
+    """The API server compiles every selector, so gpustack's are accepted (the fixture applied
+    them) and a broken one is refused with 422."""
     classes = {c["metadata"]["name"]: c for c in items(cluster, f"{RES}/deviceclasses")}
     assert {"gpu.nvidia.com", "mig.nvidia.com"} <= set(classes)
     body = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
@@ -712,7 +709,7 @@ def test_gpustacks_device_class_cel_compiles_and_a_broken_one_is_refused(cluster
 def test_a_pod_bound_by_node_name_never_gets_its_claim(cluster, device_classes, unique):
     """The scheduler allocates claims; a pod that bypasses it keeps an unallocated claim. (On a
     real node the kubelet then refuses to start it; kwok starts it: see the module docstring,
-    and tests/cluster/test_dra_k8s.py for the kubelet's side.)"""
+    and tests/lab/test_real_cluster.py for the kubelet's side.)"""
     host, ns = f"gpu1-{unique}", f"pin-{unique}"
     node = kwok_node(cluster, host)
     publish(cluster, node, [gpu_device(0, uuids_for(host, 1)[0])])
