@@ -5,9 +5,7 @@ no controllers) holding N Node objects with a device plugin pod on each. STAND-I
 have no kubelet (their `nvidia.com/gpu` allocatable is written here, as a device plugin would
 report it) and the pods are created, bound and marked Ready here, where the DaemonSet
 controller, the scheduler and kubelets would. The API calls are counted from the API server's
-audit log. `--emulator` runs the earlier path instead: the API emulator (tests/cluster/emulator/,
-a TEST FIXTURE standing in for a kube-apiserver) in a process of its own (`--in-process` shares
-this one, and its GIL). Then times what `status` does with a kubeconfig:
+audit log. Then times what `status` does with a kubeconfig:
 
 - inventory: Ansible parses the N-host inventory (`load_inventory`, needed with or without
   Kubernetes) and resolves the gpustack_k8s_* variables as a play sees them (VariableManager);
@@ -19,14 +17,12 @@ for short node names: every host needs the "which node is it?" hint). Prints the
 seconds per 1000 nodes (flat when the cost is linear) and the API calls the server answered.
 
     python benchmarks/status_10000_nodes.py [--sizes 1000,2500,5000,10000] [--repeat 3]
-        [--emulator [--in-process]]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import multiprocessing
 import os
 import shutil
 import statistics
@@ -142,74 +138,11 @@ class RealApiServer:
         shutil.rmtree(self.cp.root, ignore_errors=True)  # etcd's data: tens of MB at 10,000
 
 
-def _fill(emulator, nodes: int) -> list[str]:
-    """(--emulator) N nodes with 8 SIMULATED GPUs each, running gpustack's device plugin
-    DaemonSet (one pod per node from the emulator's DaemonSet controller and kubelet)."""
-    from tests.cluster.status_helpers import gpu_node, install_device_plugin
-
-    names = [f"gpu{i:04d}" for i in range(nodes)]
-    for name in names:
-        gpu_node(emulator, name, 8)
-    install_device_plugin(emulator)
-    return names
-
-
-def _serve(conn, nodes: int, kubeconfig: str) -> None:
-    """The child process: an emulator with `nodes` nodes; answers 'count' until 'stop'."""
-    from tests.cluster.emulator import EmulatorThread
-
-    thread = EmulatorThread().start()
-    try:
-        names = _fill(thread.emulator, nodes)
-        thread.write_kubeconfig(kubeconfig)
-        conn.send(names)
-        while (command := conn.recv()) != "stop":
-            assert command == "count"
-            conn.send((thread.emulator.count(), time.process_time(), runqueue_wait()))
-    finally:
-        thread.stop()
-
-
-class Emulator:
-    """The emulator with N nodes, in a child process (default) or in this one."""
-
-    def __init__(self, nodes: int, tmp: Path, in_process: bool):
-        self.kubeconfig = tmp / "kubeconfig"
-        self.thread = self.process = None
-        if in_process:
-            from tests.cluster.emulator import EmulatorThread
-
-            self.thread = EmulatorThread().start()
-            self.names = _fill(self.thread.emulator, nodes)
-            self.thread.write_kubeconfig(self.kubeconfig)
-            return
-        context = multiprocessing.get_context("fork")
-        self.conn, child = context.Pipe()
-        self.process = context.Process(target=_serve, args=(child, nodes, str(self.kubeconfig)))
-        self.process.start()
-        self.names = self.conn.recv()
-
-    def count(self) -> tuple[int, float, float]:
-        """Requests served so far, the CPU seconds the emulator's process has used and the
-        seconds it waited for a CPU (0 when it shares this process)."""
-        if self.thread:
-            return self.thread.emulator.count(), 0.0, 0.0
-        self.conn.send("count")
-        return self.conn.recv()
-
-    def stop(self) -> None:
-        if self.thread:
-            self.thread.stop()
-        else:
-            self.conn.send("stop")
-            self.process.join(30)
-
-
-def measure(nodes: int, fqdn: bool, repeat: int, in_process: bool, emulated: bool) -> dict:
+def measure(nodes: int, fqdn: bool, repeat: int) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="gpustack-bench-"))
-    emulator = Emulator(nodes, tmp, in_process) if emulated else RealApiServer(nodes, tmp)
+    server = RealApiServer(nodes, tmp)
     try:
-        hosts = [f"{n}.example.com" if fqdn else n for n in emulator.names]
+        hosts = [f"{n}.example.com" if fqdn else n for n in server.names]
         inv = tmp / "inventory.ini"
         inv.write_text("[gpu_nodes]\n" + "\n".join(hosts) + "\n")
         start = time.perf_counter()
@@ -223,15 +156,15 @@ def measure(nodes: int, fqdn: bool, repeat: int, in_process: bool, emulated: boo
         # part is what talks to the cluster.
         with mock.patch.object(flow, "config_from_inventory", lambda *a: config):
             for _ in range(repeat):
-                served, served_cpu, served_wait = emulator.count()
+                served, served_cpu, served_wait = server.count()
                 start, cpu, wait = time.perf_counter(), time.process_time(), runqueue_wait()
-                session = cluster_status.prepare(str(emulator.kubeconfig), inventory, {})
+                session = cluster_status.prepare(str(server.kubeconfig), inventory, {})
                 views = cluster_status.read_nodes(session)
                 times.append(time.perf_counter() - start)
                 client_cpu.append(time.process_time() - cpu)
                 # The pool thread of read_nodes has ended: its wait is not counted (a lower bound).
                 client_wait = runqueue_wait() - wait
-                after, after_cpu, after_wait = emulator.count()
+                after, after_cpu, after_wait = server.count()
                 calls.append(after - served)
                 server_cpu.append(after_cpu - served_cpu)
                 waits.append(client_wait + after_wait - served_wait)
@@ -247,7 +180,7 @@ def measure(nodes: int, fqdn: bool, repeat: int, in_process: bool, emulated: boo
                 "server_cpu": statistics.median(server_cpu),
                 "wait": statistics.median(waits)}  # fmt: skip
     finally:
-        emulator.stop()
+        server.stop()
 
 
 def main() -> int:
@@ -256,22 +189,10 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--names", choices=("both", "same", "fqdn"), default="both",
                         help="inventory names equal to the node names, FQDNs, or both")  # fmt: skip
-    parser.add_argument(
-        "--emulator", action="store_true", help="the API emulator (a test fixture) as the server"
-    )
-    parser.add_argument(
-        "--in-process", action="store_true", help="the emulator shares this process (and GIL)"
-    )
     args = parser.parse_args()
-    if args.in_process and not args.emulator:
-        parser.error("--in-process needs --emulator")
     sizes = [int(s) for s in args.sizes.split(",")]
-    if args.emulator:
-        where = "in this process" if args.in_process else "in its own process"
-        server = f"API emulator (test fixture) {where}"
-    else:
-        server = ("kube-apiserver and etcd (real; nodes without kubelets, plugin pods created "
-                  "and marked Ready by this script)")  # fmt: skip
+    server = ("kube-apiserver and etcd (real; nodes without kubelets, plugin pods created "
+              "and marked Ready by this script)")  # fmt: skip
     print(f"{server}; Kubernetes read = median of {args.repeat}")
     print(f"{'nodes':>6} {'inventory names':16} {'load inv':>9} {'k8s vars':>9} "
           f"{'k8s read':>9} {'s/1000':>7} {'min..max':>13} {'client CPU':>10} "
@@ -279,7 +200,7 @@ def main() -> int:
     missed = []
     for fqdn in {"both": (False, True), "same": (False,), "fqdn": (True,)}[args.names]:
         for nodes in sizes:
-            r = measure(nodes, fqdn, args.repeat, args.in_process, args.emulator)
+            r = measure(nodes, fqdn, args.repeat)
             label = "FQDN (hint)" if fqdn else "= node names"
             print(f"{nodes:>6} {label:16} {r['load']:>8.2f}s {r['vars']:>8.2f}s "
                   f"{r['read']:>8.2f}s {r['read'] * 1000 / nodes:>7.3f} "
@@ -294,7 +215,7 @@ def main() -> int:
                 )
     print(
         "k8s read: wall clock; client/server CPU: CPU seconds this process and the server "
-        "(emulator, or kube-apiserver + etcd) used for it (a busy machine cannot inflate "
+        "(kube-apiserver + etcd) used for it (a busy machine cannot inflate "
         "them); CPU wait: seconds both were runnable but waited for a CPU that other "
         "processes held (schedstat; at least)"
     )

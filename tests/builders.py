@@ -1,6 +1,5 @@
 """Builders of SIMULATED host facts, play results and inventories, for tests of gpustack's
-Kubernetes flows against the emulator (tests/cluster/) and the real control plane (tests/kube/).
-Nothing here imports the emulator.
+Kubernetes flows against the real control plane (tests/kube/).
 
 SIMULATED HOST FACTS: this machine has no GPU, so the success path is driven by facts built
 here in the shape gpu_preflight (`gpustack_preflight`) and nvidia_driver (`gpustack_driver`)

@@ -388,8 +388,8 @@ class Orchestrator:
         self, name: str, to: UpgradeState, clock: Clock, note: str = "", reason: str = ""
     ) -> None:
         # The node's label first, outside the lock: one node's transitions come from one thread,
-        # and an API call under the lock makes every node in progress wait for it (the 50-node
-        # emulator rollout, four at a time: 111 s with the call under the lock, 101 s without).
+        # and an API call under the lock would make every node in progress wait for it (with
+        # several nodes at a time, their label writes would run one after another).
         self.backend.record_state(name, to.value, reason, self.run.nodes[name].admin_cordoned)
         with self.lock:
             record: NodeRecord = self.run.nodes[name]

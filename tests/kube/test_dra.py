@@ -15,11 +15,10 @@ STAND-INS:
     kubelet plugin publishes (NVIDIA/k8s-dra-driver-gpu cmd/gpu-kubelet-plugin/deviceinfo.go
     @03af824603ff1b1c3c3193cb25cc584690f4785c `GetDevice`: devices `gpu-<minor>` and
     `gpu-<minor>-mig-<profile id>-<start>-<size>`, attributes type, uuid, parentUUID, profile,
-    productName, driverVersion..., capacity memory; the same shape as the emulator's model in
-    tests/cluster/emulator/images.py), through the k8s.io/dynamic-resource-allocation helper's
-    naming (`<node>-gpu.nvidia.com-`, pool = node, owned by the Node). They are written with the
-    identity the plugin runs as (gpustack's ServiceAccount for it), so gpustack's ClusterRole
-    must grant what publishing takes. No GPU is involved: the devices are what the test writes.
+    productName, driverVersion..., capacity memory), through the
+    k8s.io/dynamic-resource-allocation helper's naming (`<node>-gpu.nvidia.com-`, pool = node,
+    owned by the Node). They are written with the identity the plugin runs as (gpustack's
+    ServiceAccount for it), so gpustack's ClusterRole must grant what publishing takes. No GPU is involved: the devices are what the test writes.
   - Verification pods: nothing runs `nvidia-smi -L`. When the scheduler has allocated the claim
     and kwok has the pod Running, the test records what the scheduler allocated, has kwok serve
     the listing a container given that device would print (its GPU's line, and the MIG device's)
@@ -28,9 +27,11 @@ STAND-INS:
 
 A cluster without resource.k8s.io/v1 is a second control plane, in test_dra_without_api.py
 (`--runtime-config=resource.k8s.io/v1=false`; why it also runs without the Node authorizer and
-with kube-scheduler emulating 1.33 is there). Left on the emulator: the DRA kubelet plugin
-crashing without a driver (the operand image's behaviour) and the kubelet's refusal of a pod
-whose claim was never allocated.
+with kube-scheduler emulating 1.33 is there). Elsewhere: the kubelet's refusal of a pod whose
+claim was never allocated, and a claim prepared through CDI, run on a real kubelet in the lab
+(tests/lab/test_real_cluster.py, with Kubernetes' DRA test driver standing in for NVIDIA's
+kubelet plugin). Not covered: NVIDIA's DRA kubelet plugin image itself (not reachable here), so
+its exit without a driver is only a crash-looping pod that a stand-in kubelet reports (below).
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ from gpustack.upgrade.state import MemoryStateStore, Target
 from tests.builders import gpu_facts, inventory, run_result, smi_output, uuids_for
 from tests.conftest import wait_until
 from tests.kube.stand_ins import Outcome, end_verification_pod, kwok_node
+from tests.kube.test_operands_per_node import crash_looping_plugin
+from tests.kube.test_verify_flow import StandInKubelet
 from tests.upgrade_doubles import NEW, FakeHostUpgrader
 
 pytestmark = pytest.mark.kube
@@ -66,6 +69,7 @@ RES = "/apis/resource.k8s.io/v1"
 JSON = "application/json"
 MERGE = "application/merge-patch+json"
 PLUGIN_DS = "nvidia-dra-driver-gpu-kubelet-plugin"
+PLUGIN_APP = "nvidia-dra-driver-gpu"  # its pods' app.kubernetes.io/name
 # short waits: kwok and the controllers act within a second or two
 FAST = {"gpustack_k8s_daemonset_timeout": 30, "gpustack_k8s_capacity_timeout": 10,
         "gpustack_k8s_verify_timeout": 20}  # fmt: skip
@@ -530,6 +534,31 @@ def test_status_reads_the_dra_plugin_and_resource_slices_not_the_device_plugin(
     ]
 
 
+def test_a_node_whose_dra_plugin_crash_loops_fails_the_operands_check_by_name(
+    cluster, kubeconfig, unique
+):
+    """NVIDIA's DRA kubelet plugin exits at start on a node without a loaded driver and keeps
+    restarting. STAND-IN: that node's kubelet is `StandInKubelet` (kwok would write its own
+    Ready status over the pod's), reporting the plugin's container in CrashLoopBackOff and
+    gpustack's other pods running; the container's exit itself is not had here (no driver, no
+    image is run). gpustack must fail the node's operands check naming the plugin's DaemonSet,
+    and nothing publishes a slice for the node."""
+    host = f"gpu1-{unique}"
+    facts = {host: gpu_facts(host, 1)}
+    session = session_for(kubeconfig, unique, [host], {"gpustack_k8s_gpu_allocation": "dra",
+                                                       "gpustack_k8s_daemonset_timeout": 15})  # fmt: skip
+
+    with StandInKubelet(cluster, host, 0, lambda pod: crash_looping_plugin(pod, PLUGIN_APP)):
+        report = flow.install(session, run_result(facts))
+
+    assert not report.passed
+    operands = report.nodes[0].check("operands")
+    assert operands.status == "failed", operands.message
+    assert PLUGIN_DS in operands.message and "CrashLoopBackOff" in operands.message
+    assert [s for s in items(cluster, f"{RES}/resourceslices")
+            if s["spec"]["nodeName"] == host] == []  # fmt: skip
+
+
 # -- resource.k8s.io/v1 as kube-apiserver, the resourceclaim controller and kube-scheduler
 # -- serve it, where gpustack relies on it -------------------------------------------------
 
@@ -626,8 +655,7 @@ def test_claim_template_defaults_and_immutable_spec(cluster, unique):
     created = claim_template(cluster, ns, "one-gpu")
     exact = created["spec"]["spec"]["devices"]["requests"][0]["exactly"]
     assert (exact["allocationMode"], exact["count"]) == ("ExactCount", 1)
-    # count 0 is the unset value of v1's int64 `count`: defaulted, not refused (the emulator
-    # refused it; kube-apiserver does not)
+    # count 0 is the unset value of v1's int64 `count`: defaulted, not refused
     zero = {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 0}}
     created = claim_template(cluster, ns, "zero", zero)
     assert created["spec"]["spec"]["devices"]["requests"][0]["exactly"]["count"] == 1
@@ -667,9 +695,8 @@ def test_a_container_claim_must_name_one_of_the_pods_claims(cluster, unique):
 
 
 def test_gpustacks_device_class_cel_compiles_and_a_broken_one_is_refused(cluster, device_classes):
-    """The emulator evaluated a subset of CEL and refused the rest; the API server compiles
-    every selector, so gpustack's are accepted (the fixture applied them) and a broken one is
-    refused with 422."""
+    """The API server compiles every selector, so gpustack's are accepted (the fixture applied
+    them) and a broken one is refused with 422."""
     classes = {c["metadata"]["name"]: c for c in items(cluster, f"{RES}/deviceclasses")}
     assert {"gpu.nvidia.com", "mig.nvidia.com"} <= set(classes)
     body = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
@@ -684,7 +711,7 @@ def test_gpustacks_device_class_cel_compiles_and_a_broken_one_is_refused(cluster
 def test_a_pod_bound_by_node_name_never_gets_its_claim(cluster, device_classes, unique):
     """The scheduler allocates claims; a pod that bypasses it keeps an unallocated claim. (On a
     real node the kubelet then refuses to start it; kwok starts it: see the module docstring,
-    and tests/cluster/test_dra_k8s.py for the kubelet's side.)"""
+    and tests/lab/test_real_cluster.py for the kubelet's side.)"""
     host, ns = f"gpu1-{unique}", f"pin-{unique}"
     node = kwok_node(cluster, host)
     publish(cluster, node, [gpu_device(0, uuids_for(host, 1)[0])])

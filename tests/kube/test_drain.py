@@ -125,7 +125,7 @@ def test_gpu_pods_leave_one_at_a_time_under_a_real_pdb(kubeconfig, unique):
 def test_an_accepted_eviction_is_not_asked_again_while_the_pod_terminates(kube, kubeconfig, unique):
     """A pod that takes a while to go (a finalizer holds it here; on a kubelet, its grace period)
     was evicted once: gpustack waits for it and posts no more evictions (each would be another
-    DELETE of a terminating pod). The emulator finished deletions before the next list."""
+    DELETE of a terminating pod)."""
     cluster = connect(str(kubeconfig))
     node, ns = f"slow-{unique}", f"slow-{unique}"
     kwok_node(cluster, node, gpus=8)

@@ -18,7 +18,7 @@ test's, as a real allocation would show them (one unit: one of the host's GPUs, 
 that GPU's MIG device), behind the kubelet's resource admission (kwok admits any pod bound to
 its node). One node is not kwok's: where GFD must crash-loop, kwok would report its pod Ready
 first (a race with gpustack's wait), so a stand-in plays that node's kubelet. The host facts and
-GPUs are SIMULATED (tests/cluster/helpers.py).
+GPUs are SIMULATED (tests/builders.py).
 
 What only real operand images do cannot come from kwok and is not claimed here: the plugin
 refusing requests above 1 under MPS (the test checks that gpustack asks for exactly 1), GFD
@@ -252,9 +252,9 @@ CASES = [(m, False) for m in MODES] + [(m, True) for m in ("default", "mps", "mi
 def test_install_and_verify_pass_in_every_mode(
     kube, kubeconfig, cluster, scratch, unique, tmp_path, request, mode, nfd
 ):
-    """Also what the emulator's test_gfd_runs_without_nfd_and_writes_its_feature_file,
-    test_gfd_publishes_node_features_when_nfd_runs and test_verify_with_mps_asks_for_one_replica
-    checked, for each case."""
+    """Each case: install and a second run pass; with NFD's API GFD's labels reach the node
+    (the `gfd` check passes), without it GFD runs in feature-file mode and the check is skipped;
+    every verification pod asks for exactly one unit (one replica under MPS)."""
     extravars, resources, capacity, resource, mig, sharing, replicas = MODES[mode]
     if nfd:
         request.getfixturevalue("nfd_api")

@@ -7,7 +7,7 @@ kubelets (operand pods go Running and Ready without running anything); a node's
 `nvidia.com/gpu` is what the test writes, as a device plugin would register it; the
 verification container's `nvidia-smi -L` output and exit are the test's (`VerificationPods`),
 served by kwok through the API server's `pods/NAME/log`. No GPU, driver or container is involved:
-the host facts are SIMULATED (tests/cluster/helpers.py).
+the host facts are SIMULATED (tests/builders.py).
 """
 
 from __future__ import annotations

@@ -41,11 +41,12 @@ WAIT = 30  # seconds for the operands (gpustack_k8s_daemonset_timeout)
 PLUGIN = "nvidia-device-plugin"
 
 
-def crash_looping_plugin(pod: dict):
+def crash_looping_plugin(pod: dict, app: str = PLUGIN):
     """A kubelet's report of the device plugin's container exiting at each start, now in its
     restart back-off (pkg/kubelet/kuberuntime/kuberuntime_manager.go: waiting CrashLoopBackOff,
-    "back-off %s restarting failed container=%s pod=%s"); gpustack's other operands run."""
-    if pod["metadata"]["labels"].get("app.kubernetes.io/name") != PLUGIN:
+    "back-off %s restarting failed container=%s pod=%s"); gpustack's other operands run.
+    `app`: the app.kubernetes.io/name of the pods that crash-loop."""
+    if pod["metadata"]["labels"].get("app.kubernetes.io/name") != app:
         return running(pod)
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     meta = pod["metadata"]

@@ -9,9 +9,9 @@ marking the plugin pods Running and Ready. No GPU and no device plugin binary is
 API calls are counted from the API server's audit log (what the server answered, per user
 agent), not by wrapping the client.
 
-Not carried over from the emulator's version: a plugin pod that crash-loops by itself on a node
-without GPUs. kwok runs no container, so here the test writes that pod's status as a kubelet
-would report a crash-looping container (Running, not Ready, CrashLoopBackOff).
+Not covered: a plugin pod that crash-loops by itself on a node without GPUs (that needs NVIDIA's
+image and a node without a driver). kwok runs no container, so here the test writes that pod's
+status as a kubelet would report a crash-looping container (Running, not Ready, CrashLoopBackOff).
 """
 
 from __future__ import annotations

@@ -334,7 +334,7 @@ def test_rolling_upgrade_of_50_nodes_within_limits(fleet):
 
 def test_pdb_blocked_eviction_times_out_fails_the_node_and_halts(fleet):
     """Ten nodes, one at a time: the fourth one's eviction is blocked and the rollout halts
-    (the emulator version had 50 nodes; the six after the fourth show the halt as well)."""
+    (the six after the fourth show the halt)."""
     hosts = gpu_fleet(fleet, 10)
     db = workload(fleet, fleet.name(3), "db", labels={"app": "db"})
     pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "db"},
@@ -362,8 +362,7 @@ def test_pdb_blocked_eviction_times_out_fails_the_node_and_halts(fleet):
 
 
 def test_unmanaged_gpu_pods_need_force_and_drain_evicts_the_rest(fleet):
-    """Two nodes: the rollouts here name no other host (the emulator version had 50 nodes, of
-    which these two took part)."""
+    """Two nodes: the rollouts here name no other host."""
     hosts = gpu_fleet(fleet, 2)
     bare = workload(fleet, hosts[0], "bare", owner=None)
     result, run, _ = rollout(fleet, hosts[:1], FakeHostUpgrader(), max_unavailable="1")
@@ -386,7 +385,7 @@ def test_unmanaged_gpu_pods_need_force_and_drain_evicts_the_rest(fleet):
 
 
 def test_wait_for_jobs_then_validation_waits_for_gpus(fleet):
-    """One node (the emulator version had 50, of which this one took part). The batch pod is a
+    """One node. The batch pod is a
     bare pod that the test finishes (`finish_pod`) 0.2 s after the node is cordoned: kwok would
     complete a Job's pod at once, before the upgrade could wait for it."""
     hosts = gpu_fleet(fleet, 1)
@@ -424,8 +423,8 @@ def test_wait_for_jobs_then_validation_waits_for_gpus(fleet):
 
 
 def test_cli_run_fails_then_resumes_from_labels_and_keeps_admin_cordon(fleet, state_dir, tmp_path, capsys):  # fmt: skip
-    """`gpustack upgrade`'s command over 20 nodes (the emulator version had 50: each node costs
-    real time here, and the 50-node rollout is the first test's)."""
+    """`gpustack upgrade`'s command over 20 nodes (each node costs real time here; the 50-node
+    rollout is the first test's)."""
     hosts = gpu_fleet(fleet, 20)
     failing, out_of_band = fleet.name(3), fleet.name(19)
     admin_patch(fleet, failing, {"spec": {"unschedulable": True}})

@@ -23,7 +23,7 @@ STAND-INS, each labelled where it is used:
   address (the proxy refuses loopback) at the pod's declared port, serving a /metrics body the
   test writes, and the pod's IP rewritten to that address as a kubelet would report it (kwok's
   pod IPs lead nowhere).
-No GPU, driver or container is involved: the host facts are SIMULATED (tests/cluster/helpers.py).
+No GPU, driver or container is involved: the host facts are SIMULATED (tests/builders.py).
 """
 
 from __future__ import annotations
@@ -779,8 +779,8 @@ def test_servicemonitor_only_with_its_crd(kube, kubeconfig, unique, tmp_path, se
 
 
 def test_vectoradd_runs_after_the_smi_pod(kube, kubeconfig, unique, tmp_path):
-    """vectorAdd runs on the unit the nvidia-smi pod used. (The emulator's version of this
-    test also scraped dcgm-exporter: `test_dcgm_scrape_through_the_service_proxy`.)"""
+    """vectorAdd runs on the unit the nvidia-smi pod used. (The dcgm-exporter scrape is
+    `test_dcgm_scrape_through_the_service_proxy`.)"""
     ns, node = f"gs-{unique}", f"gpu1-{unique}"
     cluster = kube.stand_in()
     kwok_gpu_node(cluster, node, gpus=2)

@@ -9,7 +9,7 @@ from tests.conftest import ROOT
 
 DOCS = sorted(
     [ROOT / "README.md", ROOT / "CHANGELOG.md", *(ROOT / "docs").glob("*.md"),
-     *(ROOT / "roles").glob("*/README.md"), ROOT / "tests/cluster/README.md"]
+     *(ROOT / "roles").glob("*/README.md")]
 )  # fmt: skip
 NARRATIVE = [
     re.compile(r"\b(loans?|lent|borrowed)\b", re.I),

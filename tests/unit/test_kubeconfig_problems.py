@@ -1,9 +1,7 @@
 """Kubeconfig problems: Error + Hint, and nothing run on any host.
 
-No cluster is involved, emulated or real: a kubeconfig that does not exist, does not parse or
-names no cluster, and one whose server is an address where nothing listens (127.0.0.1:9).
-(These tests ran next to the emulator in tests/cluster/test_uninstall_and_config.py, which used
-it only to write that last kubeconfig.)
+No cluster is involved: a kubeconfig that does not exist, does not parse or names no cluster,
+and one whose server is an address where nothing listens (127.0.0.1:9).
 """
 
 from __future__ import annotations
