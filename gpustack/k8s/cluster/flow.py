@@ -41,6 +41,7 @@ def prepare(
     if cluster is None:
         return None
     version = check_reachable(cluster)
+    config = config.for_cluster(version)  # HAMi's kube-scheduler: the cluster's version
     if config.dra:  # before any host or object is touched
         dra.require_api(cluster, version)
     names = {h: nodes.node_name_for(h, inventory.hostvars.get(h) or {}) for h in inventory.hosts}
@@ -236,21 +237,28 @@ def verify_cluster(
 
 def _every_setting(session: Session, objects=None) -> list[dict[str, Any]]:
     """The objects of the current setting (`objects`, else rendered) and of the other GPU
-    allocation, every operand on: after a switch of gpustack_k8s_gpu_allocation or an operand
-    turned off, the other setting's objects (the DRA driver's DeviceClasses and RBAC, or the
-    device plugin's; GFD's, dcgm-exporter's) are still gpustack's to delete."""
+    allocations, every operand on: after a switch of gpustack_k8s_gpu_allocation or an operand
+    turned off, the other settings' objects (the DRA driver's DeviceClasses and RBAC, HAMi's
+    scheduler and RBAC, or the device plugin's; GFD's, dcgm-exporter's) are still gpustack's to
+    delete."""
     config = session.config
-    other = "dra" if config.gpu_allocation == "device-plugin" else "device-plugin"
-    # the settings that only the device plugin takes, at their defaults (render only)
-    unshared = {"time_slicing_replicas": 1, "mps_replicas": 1, "compat_with_cpu_manager": False}
+    # the settings that only NVIDIA's device plugin takes, at their defaults (render only)
+    unshared = {"time_slicing_replicas": 1, "mps_replicas": 1, "compat_with_cpu_manager": False,
+                "mig_strategy": "none"}  # fmt: skip
     every_operand = {"gfd_enabled": True, "dcgm_exporter_enabled": True}
-    other_config = config.model_copy(update={"gpu_allocation": other, **unshared, **every_operand})
+    others = [
+        config.model_copy(update={"gpu_allocation": other, **unshared, **every_operand})
+        for other in ("device-plugin", "dra", "hami")
+        if other != config.gpu_allocation
+    ]
+    # only their names and kinds are used: HAMi's kube-scheduler tag need not be the cluster's
+    others = [o.for_cluster(session.version or "v0.0.0") for o in others]
     this_config = config.model_copy(update=every_operand)
     servicemonitor = apply.crd_exists(session.cluster)
     return [
         *(_objects(session) if objects is None else objects),
         *render(this_config, servicemonitor=servicemonitor, nfd_api=False),
-        *render(other_config, servicemonitor=servicemonitor, nfd_api=False),
+        *(obj for o in others for obj in render(o, servicemonitor=servicemonitor, nfd_api=False)),
     ]
 
 
