@@ -365,11 +365,14 @@ def render_verify_pod(
         name=name,
         node_name=node_name,
         labels={**COMMON_LABELS, VERIFY_LABEL: "true", "gpustack.io/verify-kind": kind},
-        tolerations=GPU_TOLERATIONS,
+        # through HAMi's scheduler, the pod must tolerate what nodeName would have bypassed: a
+        # node an upgrade cordoned before validating it
+        tolerations=GPU_TOLERATIONS + (UNSCHEDULABLE_TOLERATIONS if config.hami else []),
         image=image,
         command=command,
         resource=resource or config.resource_name,
         gpus=gpus,
+        hami_scheduler=hami.SCHEDULER_NAME,
     )
 
 

@@ -84,6 +84,7 @@ class ClusterReport:
     gfd_mode: str = ""  # node-feature-api or feature-file, as rendered ("" with GFD off)
     mig_strategy: str = ""  # as deployed by install (derived from the layouts unless set)
     removed: list[str] = field(default_factory=list)  # gpustack's, no longer rendered
+    gpu_allocation: str = ""  # gpustack_k8s_gpu_allocation: device-plugin, dra or hami
 
     @property
     def passed(self) -> bool:
@@ -100,6 +101,7 @@ class ClusterReport:
             "daemonsets": [asdict(d) for d in self.daemonsets],
             "gfd": {"mode": self.gfd_mode, "nfd_api": self.nfd_api},
             "mig_strategy": self.mig_strategy,
+            "gpu_allocation": self.gpu_allocation,
             "nodes": {n.host: n.to_dict() for n in self.nodes},
             "passed": self.passed,
         }
@@ -168,6 +170,7 @@ def install(
 ) -> ClusterReport:
     cluster, config = session.cluster, session.config
     report = ClusterReport(cluster.api.configuration.host, session.version, check_mode=check)
+    report.gpu_allocation = config.gpu_allocation
     matches = nodes.find_nodes(cluster, session.node_names, session.hostvars)
     targets = _targets(session, result, matches)
     session.config = config = derived_config(session, targets)
@@ -217,6 +220,7 @@ def verify_cluster(
     """`gpustack verify`: read-only host facts are in `result`; check the cluster side."""
     cluster = session.cluster
     report = ClusterReport(cluster.api.configuration.host, session.version)
+    report.gpu_allocation = session.config.gpu_allocation
     if not session.mig_strategy_set:  # the strategy install derived and deployed
         from gpustack.k8s.cluster.mig import deployed_strategy
 
