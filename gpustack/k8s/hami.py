@@ -151,23 +151,33 @@ def objects(
     plugin_role = f"{CLUSTER_PREFIX}{DEVICE_PLUGIN}-monitor"
     sched_role = f"{CLUSTER_PREFIX}{SCHEDULER}"
     return [
-        render_template("hami/serviceaccount.yaml.j2", config=config, name=DEVICE_PLUGIN,
-                        labels=plugin_labels),  # fmt: skip
-        render_template("hami/serviceaccount.yaml.j2", config=config, name=SCHEDULER,
-                        labels=sched_labels),  # fmt: skip
-        render_template("hami/clusterrole.yaml.j2", name=plugin_role, rules=_PLUGIN_RULES,
-                        labels=plugin_labels),  # fmt: skip
-        render_template("hami/clusterrole.yaml.j2", name=sched_role, rules=_SCHEDULER_RULES,
-                        labels=sched_labels),  # fmt: skip
+        render_template(
+            "hami/serviceaccount.yaml.j2", config=config, name=DEVICE_PLUGIN, labels=plugin_labels
+        ),
+        render_template(
+            "hami/serviceaccount.yaml.j2", config=config, name=SCHEDULER, labels=sched_labels
+        ),
+        render_template(
+            "hami/clusterrole.yaml.j2", name=plugin_role, rules=_PLUGIN_RULES, labels=plugin_labels
+        ),
+        render_template(
+            "hami/clusterrole.yaml.j2", name=sched_role, rules=_SCHEDULER_RULES, labels=sched_labels
+        ),
         binding(f"{CLUSTER_PREFIX}{DEVICE_PLUGIN}", plugin_role, DEVICE_PLUGIN, plugin_labels),
-        binding(f"{CLUSTER_PREFIX}{SCHEDULER}-kube", "system:kube-scheduler", SCHEDULER,
-                sched_labels),  # fmt: skip
-        binding(f"{CLUSTER_PREFIX}{SCHEDULER}-volume", "system:volume-scheduler", SCHEDULER,
-                sched_labels),  # fmt: skip
+        binding(
+            f"{CLUSTER_PREFIX}{SCHEDULER}-kube", "system:kube-scheduler", SCHEDULER, sched_labels
+        ),
+        binding(
+            f"{CLUSTER_PREFIX}{SCHEDULER}-volume",
+            "system:volume-scheduler",
+            SCHEDULER,
+            sched_labels,
+        ),
         binding(sched_role, sched_role, SCHEDULER, sched_labels),
         render_template("hami/role.yaml.j2", config=config, name=SCHEDULER, labels=sched_labels),
-        render_template("hami/rolebinding.yaml.j2", config=config, name=SCHEDULER,
-                        labels=sched_labels),  # fmt: skip
+        render_template(
+            "hami/rolebinding.yaml.j2", config=config, name=SCHEDULER, labels=sched_labels
+        ),
         cm(DEVICE_PLUGIN, "config.json", node_text, plugin_labels),
         cm(DEVICE_CONFIG, "device-config.yaml", device_text, sched_labels),
         cm(SCHEDULER, "config.yaml", sched_text, sched_labels),

@@ -482,7 +482,10 @@ def _hami_node_label(wanted: dict[str, str | None], existing: dict[str, str], on
     key, value = hami.NODE_LABEL
     if on:
         wanted[key] = value
-    elif existing.get(key) == value and existing.get(DEPLOY_LABEL.format("hami-device-plugin")) == "true":
+    elif (
+        existing.get(key) == value
+        and existing.get(DEPLOY_LABEL.format("hami-device-plugin")) == "true"
+    ):
         wanted[key] = None
 
 

@@ -143,7 +143,9 @@ class ClusterConfig(BaseModel):
     # from the chart's registry, at the cluster's version unless a tag is set.
     hami_image: str = "docker.io/projecthami/hami"
     hami_tag: str = "v2.10.0"
-    hami_kube_scheduler_image: str = "registry.cn-hangzhou.aliyuncs.com/google_containers/kube-scheduler"
+    hami_kube_scheduler_image: str = (
+        "registry.cn-hangzhou.aliyuncs.com/google_containers/kube-scheduler"
+    )
     hami_kube_scheduler_tag: str | None = None
     hami_device_split_count: int = Field(default=10, ge=1, le=1024)
     hami_device_memory_scaling: float = Field(default=1.0, gt=0, le=100)
@@ -153,7 +155,11 @@ class ClusterConfig(BaseModel):
     hami_gpu_scheduler_policy: Literal["binpack", "spread"] = "spread"
 
     @field_validator(
-        "registry", "gfd_image", "gfd_tag", "vector_add_image", "hami_kube_scheduler_tag",
+        "registry",
+        "gfd_image",
+        "gfd_tag",
+        "vector_add_image",
+        "hami_kube_scheduler_tag",
         mode="before",
     )
     @classmethod

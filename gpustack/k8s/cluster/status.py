@@ -23,7 +23,9 @@ DRA_PLUGIN_SELECTOR = (
     "app.kubernetes.io/name=nvidia-dra-driver-gpu,app.kubernetes.io/instance=gpustack"
 )
 # gpustack_k8s_gpu_allocation=hami: HAMi's device plugin pods (its nvidia.com/gpu are shares)
-HAMI_PLUGIN_SELECTOR = "app.kubernetes.io/name=hami-device-plugin,app.kubernetes.io/instance=gpustack"
+HAMI_PLUGIN_SELECTOR = (
+    "app.kubernetes.io/name=hami-device-plugin,app.kubernetes.io/instance=gpustack"
+)
 GPU_RESOURCE = "nvidia.com/gpu"
 PAGE = 500
 
@@ -122,10 +124,12 @@ def read_nodes(session: flow.Session) -> dict[str, dict[str, Any]]:
                 "list the device plugin pods",
                 page=PAGE,
                 labelSelector=(
-                    DRA_PLUGIN_SELECTOR if dra_mode
-                    else HAMI_PLUGIN_SELECTOR if session.config.hami
+                    DRA_PLUGIN_SELECTOR
+                    if dra_mode
+                    else HAMI_PLUGIN_SELECTOR
+                    if session.config.hami
                     else DEVICE_PLUGIN_SELECTOR
-                ),  # fmt: skip
+                ),
             )
             all_nodes = cluster.list_all("/api/v1/nodes", "list nodes", page=PAGE)
             pods = plugin_pods.result()
