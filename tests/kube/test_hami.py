@@ -92,11 +92,11 @@ def test_switching_to_hami_and_back_replaces_the_plugin_and_removes_hamis_object
 
     assert report.gpu_allocation == "hami"
     objects = namespaced(cluster, ns)
-    assert HAMI_NAMESPACED <= objects
+    assert objects >= HAMI_NAMESPACED
     assert ("DaemonSet", "nvidia-device-plugin") not in objects
     assert f"DaemonSet {ns}/nvidia-device-plugin" in report.removed
-    assert HAMI_CLUSTER_ROLES <= managed_names(cluster, f"{RBAC}/clusterroles")
-    assert HAMI_BINDINGS <= managed_names(cluster, f"{RBAC}/clusterrolebindings")
+    assert managed_names(cluster, f"{RBAC}/clusterroles") >= HAMI_CLUSTER_ROLES
+    assert managed_names(cluster, f"{RBAC}/clusterrolebindings") >= HAMI_BINDINGS
     labels = cluster.raw("GET", f"/api/v1/nodes/{host}")["metadata"]["labels"]
     assert labels["nvidia.com/gpu.deploy.hami-device-plugin"] == "true"
     assert labels["gpu"] == "on"
@@ -121,7 +121,7 @@ def test_switching_to_hami_and_back_replaces_the_plugin_and_removes_hamis_object
     assert "nvidia.com/gpu.deploy.hami-device-plugin" not in labels and "gpu" not in labels
     assert labels["nvidia.com/gpu.deploy.device-plugin"] == "true"
     # cluster-scoped RBAC stays until uninstall (prune touches gpustack's namespace only)
-    assert HAMI_CLUSTER_ROLES <= managed_names(cluster, f"{RBAC}/clusterroles")
+    assert managed_names(cluster, f"{RBAC}/clusterroles") >= HAMI_CLUSTER_ROLES
 
     result = flow.uninstall(session_for(kubeconfig, unique, host))
 
