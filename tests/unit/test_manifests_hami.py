@@ -11,7 +11,7 @@ import yaml
 from gpustack.errors import BadInput
 from gpustack.fleet.status import kubernetes_drift
 from gpustack.k8s import hami
-from gpustack.k8s.cluster import nodes
+from gpustack.k8s.cluster import nodes, pause
 from gpustack.k8s.cluster.status import HAMI_PLUGIN_SELECTOR, node_views
 from gpustack.k8s.manifests import (
     ClusterConfig,
@@ -275,6 +275,12 @@ def test_a_host_with_a_mig_layout_is_refused_under_hami(var):
     assert config_from_inventory(hostvars, {}).gpu_allocation == "device-plugin"
     empty = {"gpu1": {var: ""}}
     assert config_from_inventory(empty, {"gpustack_k8s_gpu_allocation": "hami"}).hami
+
+
+def test_a_driver_upgrade_pauses_hamis_plugin_with_the_other_gpu_clients():
+    labels = {"nvidia.com/gpu.deploy.hami-device-plugin": "true", "gpu": "on"}
+    assert pause.paused_values(labels) == {"nvidia.com/gpu.deploy.hami-device-plugin": "true"}
+    assert "nvidia.com/gpu.deploy.hami-device-plugin" in pause.STAGES[0]
 
 
 def test_status_names_hamis_plugin_and_its_drift_words():
