@@ -320,10 +320,12 @@ def kubernetes_drift(gpu_count: int, k8s: dict[str, Any] | None) -> list[str]:
         if k8s.get("device_plugin_ready") is not True:
             out.append("DRA kubelet plugin pod not ready on the Kubernetes node")
     elif gpu_count:
+        hami = k8s.get("allocator") == "hami"  # gpustack_k8s_gpu_allocation=hami
         if not k8s.get("allocatable_gpus"):
             out.append("nvidia.com/gpu not allocatable on the Kubernetes node")
         if k8s.get("device_plugin_ready") is not True:
-            out.append("device plugin pod not ready on the Kubernetes node")
+            plugin = "HAMi device plugin" if hami else "device plugin"
+            out.append(f"{plugin} pod not ready on the Kubernetes node")
     reasons: dict[str, list[str]] = {}
     for component, why in sorted((k8s.get("paused_clients") or {}).items()):
         reasons.setdefault(why, []).append(component)

@@ -19,6 +19,7 @@ import yaml
 from gpustack import paths
 from gpustack.ansible.inventory import Inventory
 from gpustack.errors import BadInput
+from gpustack.k8s import hami
 from gpustack.k8s.manifests_config import IMAGES, VAR_PREFIX, ClusterConfig, split_registry
 
 __all__ = [
@@ -57,8 +58,15 @@ UNSCHEDULABLE_TOLERATIONS = [
 ]
 
 # Operands gated per node by `nvidia.com/gpu.deploy.<operand>` (GPU Operator's labels);
-# dra-driver is gpustack's label for NVIDIA's DRA kubelet plugin (gpu_allocation=dra).
-OPERANDS = ("device-plugin", "dra-driver", "gpu-feature-discovery", "dcgm-exporter")
+# dra-driver is gpustack's label for NVIDIA's DRA kubelet plugin (gpu_allocation=dra),
+# hami-device-plugin for HAMi's device plugin (gpu_allocation=hami).
+OPERANDS = (
+    "device-plugin",
+    "dra-driver",
+    "hami-device-plugin",
+    "gpu-feature-discovery",
+    "dcgm-exporter",
+)
 PRESENT_LABEL = "nvidia.com/gpu.present"
 DEPLOY_LABEL = "nvidia.com/gpu.deploy.{}"
 ALL_OPERANDS_LABEL = "nvidia.com/gpu.deploy.operands"
@@ -181,6 +189,18 @@ def render(
 
     if config.dra:
         objects.extend(_dra_driver(config))
+    elif config.hami:  # HAMi's plugin replaces NVIDIA's (docs/sharing.md)
+        objects.extend(
+            hami.objects(
+                config,
+                _render_template,
+                _environment(),
+                _labels,
+                _hash,
+                GPU_TOLERATIONS,
+                DEPLOY_LABEL.format("hami-device-plugin"),
+            )
+        )
     else:
         objects.append(
             daemonset("device-plugin/daemonset.yaml.j2", "nvidia-device-plugin", "device-plugin")
@@ -345,11 +365,14 @@ def render_verify_pod(
         name=name,
         node_name=node_name,
         labels={**COMMON_LABELS, VERIFY_LABEL: "true", "gpustack.io/verify-kind": kind},
-        tolerations=GPU_TOLERATIONS,
+        # through HAMi's scheduler, the pod must tolerate what nodeName would have bypassed: a
+        # node an upgrade cordoned before validating it
+        tolerations=GPU_TOLERATIONS + (UNSCHEDULABLE_TOLERATIONS if config.hami else []),
         image=image,
         command=command,
         resource=resource or config.resource_name,
         gpus=gpus,
+        hami_scheduler=hami.SCHEDULER_NAME,
     )
 
 
@@ -419,8 +442,9 @@ def node_labels(
     if count > 0:
         wanted[PRESENT_LABEL] = "true"
         enabled = {
-            "device-plugin": not config.dra,
+            "device-plugin": config.gpu_allocation == "device-plugin",
             "dra-driver": config.dra,
+            "hami-device-plugin": config.hami,
             "gpu-feature-discovery": config.gfd_enabled,
             "dcgm-exporter": config.dcgm_exporter_enabled,
         }
@@ -437,10 +461,12 @@ def node_labels(
                 wanted[MPS_CAPABLE_LABEL] = "true"
             elif existing.get(MPS_CAPABLE_LABEL) == "true":
                 wanted[MPS_CAPABLE_LABEL] = None
+            _hami_node_label(wanted, existing, config.hami)
     else:
         for key in (PRESENT_LABEL, MPS_CAPABLE_LABEL, *(DEPLOY_LABEL.format(o) for o in OPERANDS)):
             if existing.get(key) == "true":
                 wanted[key] = None
+        _hami_node_label(wanted, existing, False)
     return {
         key: value
         for key, value in wanted.items()
@@ -448,6 +474,19 @@ def node_labels(
         and existing.get(key) != value
         and not str(existing.get(key, "")).startswith("paused-for-")  # upgrade or mig resumes it
     }
+
+
+def _hami_node_label(wanted: dict[str, str | None], existing: dict[str, str], on: bool) -> None:
+    """HAMi's chart selects nodes by `gpu=on`: set with its plugin; removed again only where
+    gpustack's own hami-device-plugin label says gpustack put it there."""
+    key, value = hami.NODE_LABEL
+    if on:
+        wanted[key] = value
+    elif (
+        existing.get(key) == value
+        and existing.get(DEPLOY_LABEL.format("hami-device-plugin")) == "true"
+    ):
+        wanted[key] = None
 
 
 def config_from_inventory(
@@ -463,7 +502,9 @@ def config_from_inventory(
     if isinstance(inventory, Inventory):
         from gpustack.k8s.manifests_vars import inventory_k8s_vars
 
-        hostvars = inventory_k8s_vars(inventory, also=(RUNTIME_NAME_VAR,), extravars=extravars)
+        hostvars = inventory_k8s_vars(
+            inventory, also=(RUNTIME_NAME_VAR, *MIG_LAYOUT_VARS), extravars=extravars
+        )
     else:
         hostvars = inventory
     merged: dict[str, Any] = {}
@@ -483,10 +524,33 @@ def config_from_inventory(
     merged.update({k: v for k, v in extravars.items() if k.startswith(VAR_PREFIX)})
     config = ClusterConfig.from_vars(merged)
     _check_runtime_handler(config, hostvars, extravars)
+    _check_hami_without_mig(config, hostvars, extravars)
     return config
 
 
 RUNTIME_NAME_VAR = "container_runtime_nvidia_name"
+# the nvidia_mig role's layout inputs (roles/nvidia_mig/defaults/main.yml): set, the host's GPUs
+# are partitioned into MIG devices
+MIG_LAYOUT_VARS = ("nvidia_mig_config", "nvidia_mig_config_file")
+
+
+def _check_hami_without_mig(
+    config: ClusterConfig, hostvars: dict[str, dict[str, Any]], extravars: dict[str, Any]
+) -> None:
+    """HAMi's plugin runs with migStrategy none: a host with a MIG layout would offer HAMi
+    GPUs that are partitioned underneath it. Refused before any host or object is touched."""
+    if not config.hami:
+        return
+    for host, variables in hostvars.items():
+        for name in MIG_LAYOUT_VARS:
+            value = extravars.get(name, variables.get(name))
+            if value not in (None, "", {}, []):
+                raise BadInput(
+                    f"{name} is set on {host} with gpustack_k8s_gpu_allocation=hami: HAMi "
+                    "splits whole GPUs and is deployed without MIG",
+                    f"leave {name} empty for HAMi hosts, or use gpustack_k8s_gpu_allocation="
+                    "device-plugin or dra with MIG (docs/sharing.md)",
+                )
 
 
 def _check_runtime_handler(
@@ -524,6 +588,7 @@ _KIND_RANK = {
     "DeviceClass": 12,
     "ConfigMap": 20,
     "DaemonSet": 30,
+    "Deployment": 35,
     "Service": 40,
     "ServiceMonitor": 50,
     "Pod": 60,

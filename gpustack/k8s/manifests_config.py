@@ -57,7 +57,19 @@ def _label_key(key: str) -> bool:
 _HOST_PATH = re.compile(r"^(/[A-Za-z0-9._+@-]+)+$")
 
 # Images the manifests use, by the name `ClusterConfig.image()` takes.
-IMAGES = ("device_plugin", "gfd", "dcgm_exporter", "verify", "vector_add", "dra_driver")
+IMAGES = (
+    "device_plugin",
+    "gfd",
+    "dcgm_exporter",
+    "verify",
+    "vector_add",
+    "dra_driver",
+    "hami",
+    "hami_kube_scheduler",
+)
+# kube-scheduler's version in the HAMi scheduler pod: the cluster's, as HAMi's chart takes it
+# (`resolvedKubeSchedulerTag`/`strippedKubeVersion`, charts/hami/templates/_helpers.tpl@v2.10.0)
+_KUBE_VERSION = re.compile(r"^(v[0-9]+\.[0-9]+\.[0-9]+)")
 
 
 def split_registry(repository: str) -> tuple[str | None, str]:
@@ -120,13 +132,36 @@ class ClusterConfig(BaseModel):
     image_pull_policy: Literal["IfNotPresent", "Always", "Never"] = "IfNotPresent"
     image_pull_secrets: tuple[str, ...] = ()
     compat_with_cpu_manager: bool = False
-    # How GPUs reach pods: the device plugin (`nvidia.com/gpu` extended resources) or NVIDIA's
-    # DRA driver for GPUs (ResourceClaims; needs resource.k8s.io/v1, docs/dra.md).
-    gpu_allocation: Literal["device-plugin", "dra"] = "device-plugin"
+    # How GPUs reach pods: the device plugin (`nvidia.com/gpu` extended resources), NVIDIA's
+    # DRA driver for GPUs (ResourceClaims; needs resource.k8s.io/v1, docs/dra.md), or HAMi's
+    # device plugin and scheduler (GPU memory and compute split per pod; docs/sharing.md).
+    gpu_allocation: Literal["device-plugin", "dra", "hami"] = "device-plugin"
     dra_driver_image: str = "nvcr.io/nvidia/k8s-dra-driver-gpu"
     dra_driver_tag: str = "v25.12.0"
+    # HAMi (Project-HAMi/HAMi v2.10.0, charts/hami/values.yaml@4707fb02): one image for the
+    # device plugin, its monitor and the scheduler extender (global.imageTag); kube-scheduler
+    # from the chart's registry, at the cluster's version unless a tag is set.
+    hami_image: str = "docker.io/projecthami/hami"
+    hami_tag: str = "v2.10.0"
+    hami_kube_scheduler_image: str = (
+        "registry.cn-hangzhou.aliyuncs.com/google_containers/kube-scheduler"
+    )
+    hami_kube_scheduler_tag: str | None = None
+    hami_device_split_count: int = Field(default=10, ge=1, le=1024)
+    hami_device_memory_scaling: float = Field(default=1.0, gt=0, le=100)
+    hami_default_mem: int = Field(default=0, ge=0)
+    hami_default_cores: int = Field(default=0, ge=0, le=100)
+    hami_node_scheduler_policy: Literal["binpack", "spread"] = "binpack"
+    hami_gpu_scheduler_policy: Literal["binpack", "spread"] = "spread"
 
-    @field_validator("registry", "gfd_image", "gfd_tag", "vector_add_image", mode="before")
+    @field_validator(
+        "registry",
+        "gfd_image",
+        "gfd_tag",
+        "vector_add_image",
+        "hami_kube_scheduler_tag",
+        mode="before",
+    )
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
         if value is None or (isinstance(value, str) and not value.strip()):
@@ -236,6 +271,8 @@ class ClusterConfig(BaseModel):
         "dcgm_exporter_image",
         "verify_image",
         "dra_driver_image",
+        "hami_image",
+        "hami_kube_scheduler_image",
     )
     @classmethod
     def _repository(cls, value: str | None) -> str | None:
@@ -247,7 +284,13 @@ class ClusterConfig(BaseModel):
         return value
 
     @field_validator(
-        "device_plugin_tag", "gfd_tag", "dcgm_exporter_tag", "verify_tag", "dra_driver_tag"
+        "device_plugin_tag",
+        "gfd_tag",
+        "dcgm_exporter_tag",
+        "verify_tag",
+        "dra_driver_tag",
+        "hami_tag",
+        "hami_kube_scheduler_tag",
     )
     @classmethod
     def _tag(cls, value: str | None) -> str | None:
@@ -296,6 +339,28 @@ class ClusterConfig(BaseModel):
                     f"{VAR_PREFIX}compat_with_cpu_manager=true with {VAR_PREFIX}gpu_allocation"
                     "=dra: it is a device plugin setting (the DRA driver injects devices via CDI)"
                 )
+        if self.gpu_allocation == "hami":
+            if self.mig_strategy != "none":
+                raise ValueError(
+                    f"{VAR_PREFIX}mig_strategy={self.mig_strategy} with {VAR_PREFIX}"
+                    "gpu_allocation=hami: HAMi's plugin is deployed with migStrategy none "
+                    "(it splits whole GPUs by memory and compute; MIG is the device plugin's "
+                    "or the DRA driver's)"
+                )
+            shared = {"time_slicing_replicas": self.time_slicing_replicas,
+                      "mps_replicas": self.mps_replicas}  # fmt: skip
+            for field, value in shared.items():
+                if value > 1:
+                    raise ValueError(
+                        f"{VAR_PREFIX}{field}={value} with {VAR_PREFIX}gpu_allocation=hami: "
+                        "sharing replicas are NVIDIA device plugin settings; HAMi shares GPUs "
+                        f"through {VAR_PREFIX}hami_device_split_count instead"
+                    )
+            if self.compat_with_cpu_manager:
+                raise ValueError(
+                    f"{VAR_PREFIX}compat_with_cpu_manager=true with {VAR_PREFIX}gpu_allocation"
+                    "=hami: it is an NVIDIA device plugin setting, which HAMi's plugin replaces"
+                )
         return self
 
     # -- derived values -------------------------------------------------------------
@@ -311,6 +376,18 @@ class ClusterConfig(BaseModel):
             repository, tag = self.dcgm_exporter_image, self.dcgm_exporter_tag
         elif which == "dra_driver":
             repository, tag = self.dra_driver_image, self.dra_driver_tag
+        elif which == "hami":
+            repository, tag = self.hami_image, self.hami_tag
+        elif which == "hami_kube_scheduler":
+            repository = self.hami_kube_scheduler_image
+            tag = self.hami_kube_scheduler_tag or ""
+            if not tag:
+                raise BadInput(
+                    "no kube-scheduler version for HAMi's scheduler (the cluster's is not known "
+                    "here)",
+                    "set gpustack_k8s_hami_kube_scheduler_tag to the cluster's version, e.g. "
+                    "v1.36.3",
+                )
         elif which == "verify":
             repository, tag = self.verify_image, self.verify_tag
         elif which == "vector_add":
@@ -338,7 +415,10 @@ class ClusterConfig(BaseModel):
 
     @property
     def gpus_per_device(self) -> int:
-        """How many `nvidia.com/gpu` units one physical GPU advertises (time-slicing/MPS)."""
+        """How many `nvidia.com/gpu` units one physical GPU advertises (time-slicing/MPS, or
+        HAMi's deviceSplitCount: its plugin registers that many devices per GPU)."""
+        if self.gpu_allocation == "hami":
+            return self.hami_device_split_count
         return max(self.time_slicing_replicas, self.mps_replicas)
 
     @property
@@ -377,6 +457,21 @@ class ClusterConfig(BaseModel):
     def dra(self) -> bool:
         """GPUs are allocated through NVIDIA's DRA driver (ResourceClaims), not the plugin."""
         return self.gpu_allocation == "dra"
+
+    @property
+    def hami(self) -> bool:
+        """GPUs are allocated through HAMi's device plugin and scheduler extender."""
+        return self.gpu_allocation == "hami"
+
+    def for_cluster(self, version: str | None) -> ClusterConfig:
+        """This configuration with HAMi's kube-scheduler tag taken from the cluster's version
+        (`v1.36.3+k3s1` -> `v1.36.3`, as HAMi's chart strips it) unless the user set one."""
+        if not self.hami or self.hami_kube_scheduler_tag or not version:
+            return self
+        match = _KUBE_VERSION.match(version)
+        if not match:
+            return self
+        return self.model_copy(update={"hami_kube_scheduler_tag": match.group(1)})
 
     @property
     def capacity_predictable(self) -> bool:
@@ -429,7 +524,16 @@ _HINTS = {
     "registry": "e.g. gpustack_k8s_registry=registry.example:5000/nvidia-mirror",
     "mig_strategy": "choose none, single or mixed",
     "gfd_mode": "choose auto, node-feature-api or feature-file",
-    "gpu_allocation": "choose device-plugin or dra (NVIDIA's DRA driver, Kubernetes >= 1.34)",
+    "gpu_allocation": (
+        "choose device-plugin, dra (NVIDIA's DRA driver, Kubernetes >= 1.34) or hami "
+        "(HAMi's device plugin and scheduler, docs/sharing.md)"
+    ),
+    "hami_device_split_count": "how many pods may share one GPU, 1 to 1024",
+    "hami_device_memory_scaling": "1 = no oversubscription; above 1 oversubscribes GPU memory",
+    "hami_default_mem": "MiB of GPU memory a pod gets when it asks none; 0 = the whole GPU",
+    "hami_default_cores": "percent of a GPU's compute a pod gets when it asks none, 0 to 100",
+    "hami_node_scheduler_policy": "choose binpack or spread",
+    "hami_gpu_scheduler_policy": "choose binpack or spread",
     "time_slicing_replicas": "1 turns time-slicing off; 2 or more shares each GPU",
     "mps_replicas": "1 turns MPS off; 2 to 48 shares each GPU through MPS",
     "vector_add_image": (

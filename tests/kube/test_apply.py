@@ -24,6 +24,10 @@ MODES = {
     "mig-single": {"gpustack_k8s_mig_strategy": "single"},
     "mig-mixed": {"gpustack_k8s_mig_strategy": "mixed"},
     "dra": {"gpustack_k8s_gpu_allocation": "dra"},
+    "hami": {
+        "gpustack_k8s_gpu_allocation": "hami",
+        "gpustack_k8s_hami_kube_scheduler_tag": "v1.36.3",
+    },
     "no-gfd-no-dcgm": {
         "gpustack_k8s_gfd_enabled": False,
         "gpustack_k8s_dcgm_exporter_enabled": False,

@@ -208,7 +208,7 @@ def test_node_labels_follow_the_allocator():
 @pytest.mark.parametrize(
     ("variables", "message", "hint"),
     [
-        ({"gpustack_k8s_gpu_allocation": "dra2"}, "gpustack_k8s_gpu_allocation=dra2", "device-plugin or dra"),
+        ({"gpustack_k8s_gpu_allocation": "dra2"}, "gpustack_k8s_gpu_allocation=dra2", "device-plugin, dra"),
         (
             {"gpustack_k8s_gpu_allocation": "dra", "gpustack_k8s_time_slicing_replicas": "4"},
             "sharing replicas are a device plugin setting",

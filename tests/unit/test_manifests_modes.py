@@ -1,7 +1,7 @@
 """Every operand's environment and securityContext in every mode gpustack renders.
 
 The modes: MIG strategy none/single/mixed, sharing with and without renameByDefault, the
-CPU manager compatibility, and GPUs allocated through DRA. Field-by-field values against
+CPU manager compatibility, and GPUs allocated through DRA or HAMi. Field-by-field values against
 upstream live in docs/upstream-parity.yaml (tests/unit/test_upstream_parity.py); these tests
 state the rules behind them, for every mode at once.
 """
@@ -23,6 +23,7 @@ MODES = {
     "cpu-manager-mig-mixed": {"compat_with_cpu_manager": True, "mig_strategy": "mixed"},
     "dra": {"gpu_allocation": "dra"},
     "dra-mig-mixed": {"gpu_allocation": "dra", "mig_strategy": "mixed"},
+    "hami": {"gpu_allocation": "hami", "hami_kube_scheduler_tag": "v1.36.3"},
     "gfd-node-feature-api": {"gfd_mode": "node-feature-api"},
 }
 

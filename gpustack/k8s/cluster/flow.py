@@ -41,6 +41,7 @@ def prepare(
     if cluster is None:
         return None
     version = check_reachable(cluster)
+    config = config.for_cluster(version)  # HAMi's kube-scheduler: the cluster's version
     if config.dra:  # before any host or object is touched
         dra.require_api(cluster, version)
     names = {h: nodes.node_name_for(h, inventory.hostvars.get(h) or {}) for h in inventory.hosts}
@@ -83,6 +84,7 @@ class ClusterReport:
     gfd_mode: str = ""  # node-feature-api or feature-file, as rendered ("" with GFD off)
     mig_strategy: str = ""  # as deployed by install (derived from the layouts unless set)
     removed: list[str] = field(default_factory=list)  # gpustack's, no longer rendered
+    gpu_allocation: str = ""  # gpustack_k8s_gpu_allocation: device-plugin, dra or hami
 
     @property
     def passed(self) -> bool:
@@ -99,6 +101,7 @@ class ClusterReport:
             "daemonsets": [asdict(d) for d in self.daemonsets],
             "gfd": {"mode": self.gfd_mode, "nfd_api": self.nfd_api},
             "mig_strategy": self.mig_strategy,
+            "gpu_allocation": self.gpu_allocation,
             "nodes": {n.host: n.to_dict() for n in self.nodes},
             "passed": self.passed,
         }
@@ -167,6 +170,7 @@ def install(
 ) -> ClusterReport:
     cluster, config = session.cluster, session.config
     report = ClusterReport(cluster.api.configuration.host, session.version, check_mode=check)
+    report.gpu_allocation = config.gpu_allocation
     matches = nodes.find_nodes(cluster, session.node_names, session.hostvars)
     targets = _targets(session, result, matches)
     session.config = config = derived_config(session, targets)
@@ -216,6 +220,7 @@ def verify_cluster(
     """`gpustack verify`: read-only host facts are in `result`; check the cluster side."""
     cluster = session.cluster
     report = ClusterReport(cluster.api.configuration.host, session.version)
+    report.gpu_allocation = session.config.gpu_allocation
     if not session.mig_strategy_set:  # the strategy install derived and deployed
         from gpustack.k8s.cluster.mig import deployed_strategy
 
@@ -236,21 +241,28 @@ def verify_cluster(
 
 def _every_setting(session: Session, objects=None) -> list[dict[str, Any]]:
     """The objects of the current setting (`objects`, else rendered) and of the other GPU
-    allocation, every operand on: after a switch of gpustack_k8s_gpu_allocation or an operand
-    turned off, the other setting's objects (the DRA driver's DeviceClasses and RBAC, or the
-    device plugin's; GFD's, dcgm-exporter's) are still gpustack's to delete."""
+    allocations, every operand on: after a switch of gpustack_k8s_gpu_allocation or an operand
+    turned off, the other settings' objects (the DRA driver's DeviceClasses and RBAC, HAMi's
+    scheduler and RBAC, or the device plugin's; GFD's, dcgm-exporter's) are still gpustack's to
+    delete."""
     config = session.config
-    other = "dra" if config.gpu_allocation == "device-plugin" else "device-plugin"
-    # the settings that only the device plugin takes, at their defaults (render only)
-    unshared = {"time_slicing_replicas": 1, "mps_replicas": 1, "compat_with_cpu_manager": False}
+    # the settings that only NVIDIA's device plugin takes, at their defaults (render only)
+    unshared = {"time_slicing_replicas": 1, "mps_replicas": 1, "compat_with_cpu_manager": False,
+                "mig_strategy": "none"}  # fmt: skip
     every_operand = {"gfd_enabled": True, "dcgm_exporter_enabled": True}
-    other_config = config.model_copy(update={"gpu_allocation": other, **unshared, **every_operand})
+    others = [
+        config.model_copy(update={"gpu_allocation": other, **unshared, **every_operand})
+        for other in ("device-plugin", "dra", "hami")
+        if other != config.gpu_allocation
+    ]
+    # only their names and kinds are used: HAMi's kube-scheduler tag need not be the cluster's
+    others = [o.for_cluster(session.version or "v0.0.0") for o in others]
     this_config = config.model_copy(update=every_operand)
     servicemonitor = apply.crd_exists(session.cluster)
     return [
         *(_objects(session) if objects is None else objects),
         *render(this_config, servicemonitor=servicemonitor, nfd_api=False),
-        *render(other_config, servicemonitor=servicemonitor, nfd_api=False),
+        *(obj for o in others for obj in render(o, servicemonitor=servicemonitor, nfd_api=False)),
     ]
 
 

@@ -38,7 +38,14 @@ DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
 # Paused together, in the first step; then DRA_PLUGIN_LABEL on its own.
 CLIENT_LABELS = tuple(
     DEPLOY_PREFIX + c
-    for c in ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "dcgm", "nvsm")
+    for c in (
+        "device-plugin",
+        "hami-device-plugin",  # gpustack_k8s_gpu_allocation=hami: HAMi's plugin holds the GPUs too
+        "gpu-feature-discovery",
+        "dcgm-exporter",
+        "dcgm",
+        "nvsm",
+    )
 )
 DRA_PLUGIN_LABEL = DEPLOY_PREFIX + "dra-driver"
 STAGES = (CLIENT_LABELS, (DRA_PLUGIN_LABEL,))

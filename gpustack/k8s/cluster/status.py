@@ -22,6 +22,10 @@ DEVICE_PLUGIN_SELECTOR = (
 DRA_PLUGIN_SELECTOR = (
     "app.kubernetes.io/name=nvidia-dra-driver-gpu,app.kubernetes.io/instance=gpustack"
 )
+# gpustack_k8s_gpu_allocation=hami: HAMi's device plugin pods (its nvidia.com/gpu are shares)
+HAMI_PLUGIN_SELECTOR = (
+    "app.kubernetes.io/name=hami-device-plugin,app.kubernetes.io/instance=gpustack"
+)
 GPU_RESOURCE = "nvidia.com/gpu"
 PAGE = 500
 
@@ -46,12 +50,15 @@ def node_views(
     plugin_pods: list[dict[str, Any]],
     nfd_api: bool | None = None,
     published: dict[str, int] | None = None,
+    allocator: str | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Pure: per inventory host, what the cluster says about its node.
 
     `nfd_api` (None: GFD is off) words the note on a GFD node without GFD's labels.
     `published` (DRA only): node -> GPUs its ResourceSlices publish, which then stand for
     allocatable GPUs, and `plugin_pods` are the DRA kubelet plugin's.
+    `allocator` "hami": `plugin_pods` are HAMi's device plugin's and the view says so
+    (allocatable `nvidia.com/gpu` then counts GPU shares: GPUs × deviceSplitCount).
     """
     pods_by_node: dict[str, list[dict[str, Any]]] = {}
     for pod in plugin_pods:
@@ -78,6 +85,8 @@ def node_views(
         }
         if published is not None:
             views[host]["allocator"] = "dra"
+        elif allocator:
+            views[host]["allocator"] = allocator
         labels = node["metadata"].get("labels") or {}
         if paused := pause.paused_clients(labels):
             views[host]["paused_clients"] = paused
@@ -114,7 +123,13 @@ def read_nodes(session: flow.Session) -> dict[str, dict[str, Any]]:
                 f"/api/v1/namespaces/{session.config.namespace}/pods",
                 "list the device plugin pods",
                 page=PAGE,
-                labelSelector=DRA_PLUGIN_SELECTOR if dra_mode else DEVICE_PLUGIN_SELECTOR,
+                labelSelector=(
+                    DRA_PLUGIN_SELECTOR
+                    if dra_mode
+                    else HAMI_PLUGIN_SELECTOR
+                    if session.config.hami
+                    else DEVICE_PLUGIN_SELECTOR
+                ),
             )
             all_nodes = cluster.list_all("/api/v1/nodes", "list nodes", page=PAGE)
             pods = plugin_pods.result()
@@ -123,6 +138,7 @@ def read_nodes(session: flow.Session) -> dict[str, dict[str, Any]]:
                 devices = dra.node_devices(cluster)
                 published = {n: len(dra.covered_gpus(d)) for n, d in devices.items()}
             matches = nodes.match_hosts(session.node_names, session.hostvars, all_nodes)
-            return node_views(matches, pods, nfd_api, published)
+            allocator = "hami" if session.config.hami else None
+            return node_views(matches, pods, nfd_api, published, allocator)
     finally:
         cluster.close()
