@@ -143,9 +143,8 @@ class ClusterConfig(BaseModel):
     # from the chart's registry, at the cluster's version unless a tag is set.
     hami_image: str = "docker.io/projecthami/hami"
     hami_tag: str = "v2.10.0"
-    hami_kube_scheduler_image: str = (
-        "registry.cn-hangzhou.aliyuncs.com/google_containers/kube-scheduler"
-    )
+    # Kubernetes' own registry, not the chart's mirror (docs/upstream-parity.md says why).
+    hami_kube_scheduler_image: str = "registry.k8s.io/kube-scheduler"
     hami_kube_scheduler_tag: str | None = None
     hami_device_split_count: int = Field(default=10, ge=1, le=1024)
     hami_device_memory_scaling: float = Field(default=1.0, gt=0, le=100)

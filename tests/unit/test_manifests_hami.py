@@ -123,9 +123,7 @@ def test_the_scheduler_is_kube_scheduler_with_hamis_extender_over_http():
     objects = render(config)
     deployment = _by(objects, "Deployment", "hami-scheduler")
     kube = _container(deployment, "kube-scheduler")
-    assert kube["image"] == (
-        "registry.cn-hangzhou.aliyuncs.com/google_containers/kube-scheduler:v1.36.3"
-    )
+    assert kube["image"] == "registry.k8s.io/kube-scheduler:v1.36.3"
     extender = _container(deployment, "vgpu-scheduler-extender")
     args = extender["command"]
     assert "--http_bind=0.0.0.0:80" in args and "--scheduler-name=hami-scheduler" in args
@@ -182,7 +180,7 @@ def test_mirrors_pull_secrets_and_kubelet_root_reach_hami():
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["device-plugin"]["hostPath"]["path"] == "/var/lib/k0s/kubelet/device-plugins"
     kube = _container(_by(objects, "Deployment", "hami-scheduler"), "kube-scheduler")
-    assert kube["image"] == "registry.local:5000/mirror/google_containers/kube-scheduler:v1.36.3"
+    assert kube["image"] == "registry.local:5000/mirror/kube-scheduler:v1.36.3"
     assert kube["imagePullPolicy"] == "Always"
 
 
