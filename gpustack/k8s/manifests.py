@@ -19,7 +19,7 @@ import yaml
 from gpustack import paths
 from gpustack.ansible.inventory import Inventory
 from gpustack.errors import BadInput
-from gpustack.k8s import hami
+from gpustack.k8s import hami, volcano
 from gpustack.k8s.manifests_config import IMAGES, VAR_PREFIX, ClusterConfig, split_registry
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "render_dra_verify_pod",
     "render_verify_claim_template",
     "render_verify_pod",
+    "render_verify_volcano_job",
     "split_registry",
     "write_manifests",
 ]
@@ -59,11 +60,13 @@ UNSCHEDULABLE_TOLERATIONS = [
 
 # Operands gated per node by `nvidia.com/gpu.deploy.<operand>` (GPU Operator's labels);
 # dra-driver is gpustack's label for NVIDIA's DRA kubelet plugin (gpu_allocation=dra),
-# hami-device-plugin for HAMi's device plugin (gpu_allocation=hami).
+# hami-device-plugin for HAMi's device plugin (gpu_allocation=hami), volcano-device-plugin for
+# Volcano's vGPU device plugin (gpu_allocation=volcano).
 OPERANDS = (
     "device-plugin",
     "dra-driver",
     "hami-device-plugin",
+    "volcano-device-plugin",
     "gpu-feature-discovery",
     "dcgm-exporter",
 )
@@ -199,6 +202,17 @@ def render(
                 _hash,
                 GPU_TOLERATIONS,
                 DEPLOY_LABEL.format("hami-device-plugin"),
+            )
+        )
+    elif config.volcano:  # Volcano's vGPU plugin replaces NVIDIA's (docs/sharing.md)
+        objects.extend(
+            volcano.objects(
+                config,
+                _render_template,
+                _labels,
+                _hash,
+                GPU_TOLERATIONS,
+                DEPLOY_LABEL.format("volcano-device-plugin"),
             )
         )
     else:
@@ -367,12 +381,37 @@ def render_verify_pod(
         labels={**COMMON_LABELS, VERIFY_LABEL: "true", "gpustack.io/verify-kind": kind},
         # through HAMi's scheduler, the pod must tolerate what nodeName would have bypassed: a
         # node an upgrade cordoned before validating it
-        tolerations=GPU_TOLERATIONS + (UNSCHEDULABLE_TOLERATIONS if config.hami else []),
+        tolerations=GPU_TOLERATIONS
+        + (UNSCHEDULABLE_TOLERATIONS if config.hami or config.volcano else []),
         image=image,
         command=command,
         resource=resource or config.resource_name,
         gpus=gpus,
         hami_scheduler=hami.SCHEDULER_NAME,
+    )
+
+
+def render_verify_volcano_job(
+    config: ClusterConfig, *, node_name: str, name: str, memory_mib: int = 1024
+) -> dict[str, Any]:
+    """gpustack_k8s_gpu_allocation=volcano: a Volcano Job whose two pods share one GPU of
+    `node_name` by memory (each volcano.sh/vgpu-number 1, volcano.sh/vgpu-memory `memory_mib`)
+    and run nvidia-smi -L, through Volcano's scheduler."""
+    if not config.volcano:
+        raise ValueError("a Volcano verification Job needs gpustack_k8s_gpu_allocation=volcano")
+    if len(name) > 63 or not _POD_NAME.match(name) or "." in name:
+        raise ValueError(f"{name!r} is not a valid Volcano Job name")
+    if memory_mib < 1:
+        raise ValueError("each pod asks for at least 1 MiB of GPU memory")
+    return _render_template(
+        "verify/volcano-job.yaml.j2",
+        config=config,
+        name=name,
+        node_name=node_name,
+        labels={**COMMON_LABELS, VERIFY_LABEL: "true", "gpustack.io/verify-kind": "volcano-share"},
+        tolerations=GPU_TOLERATIONS + UNSCHEDULABLE_TOLERATIONS,
+        image=config.image("verify"),
+        memory=memory_mib,
     )
 
 
@@ -445,6 +484,7 @@ def node_labels(
             "device-plugin": config.gpu_allocation == "device-plugin",
             "dra-driver": config.dra,
             "hami-device-plugin": config.hami,
+            "volcano-device-plugin": config.volcano,
             "gpu-feature-discovery": config.gfd_enabled,
             "dcgm-exporter": config.dcgm_exporter_enabled,
         }
@@ -524,7 +564,7 @@ def config_from_inventory(
     merged.update({k: v for k, v in extravars.items() if k.startswith(VAR_PREFIX)})
     config = ClusterConfig.from_vars(merged)
     _check_runtime_handler(config, hostvars, extravars)
-    _check_hami_without_mig(config, hostvars, extravars)
+    _check_sharing_without_mig(config, hostvars, extravars)
     return config
 
 
@@ -534,21 +574,28 @@ RUNTIME_NAME_VAR = "container_runtime_nvidia_name"
 MIG_LAYOUT_VARS = ("nvidia_mig_config", "nvidia_mig_config_file")
 
 
-def _check_hami_without_mig(
+# gpu_allocation modes whose plugin splits whole GPUs without MIG: who, for the refusal
+_WITHOUT_MIG = {"hami": "HAMi", "volcano": "Volcano's vGPU device plugin"}
+
+
+def _check_sharing_without_mig(
     config: ClusterConfig, hostvars: dict[str, dict[str, Any]], extravars: dict[str, Any]
 ) -> None:
-    """HAMi's plugin runs with migStrategy none: a host with a MIG layout would offer HAMi
-    GPUs that are partitioned underneath it. Refused before any host or object is touched."""
-    if not config.hami:
+    """HAMi's plugin and Volcano's vGPU plugin run with migStrategy none: a host with a MIG
+    layout would offer them GPUs that are partitioned underneath. Refused before any host or
+    object is touched."""
+    who = _WITHOUT_MIG.get(config.gpu_allocation)
+    if who is None:
         return
+    mode = config.gpu_allocation
     for host, variables in hostvars.items():
         for name in MIG_LAYOUT_VARS:
             value = extravars.get(name, variables.get(name))
             if value not in (None, "", {}, []):
                 raise BadInput(
-                    f"{name} is set on {host} with gpustack_k8s_gpu_allocation=hami: HAMi "
+                    f"{name} is set on {host} with gpustack_k8s_gpu_allocation={mode}: {who} "
                     "splits whole GPUs and is deployed without MIG",
-                    f"leave {name} empty for HAMi hosts, or use gpustack_k8s_gpu_allocation="
+                    f"leave {name} empty for {mode} hosts, or use gpustack_k8s_gpu_allocation="
                     "device-plugin or dra with MIG (docs/sharing.md)",
                 )
 

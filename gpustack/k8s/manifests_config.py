@@ -56,6 +56,13 @@ def _label_key(key: str) -> bool:
 
 _HOST_PATH = re.compile(r"^(/[A-Za-z0-9._+@-]+)+$")
 
+# gpu_allocation modes whose device plugin replaces NVIDIA's and splits whole GPUs: who it is
+# (for refusals) and the variable that sets how many shares a GPU gives.
+_SHARING_PLUGINS = {
+    "hami": ("HAMi's plugin", "hami_device_split_count"),
+    "volcano": ("Volcano's vGPU device plugin", "volcano_device_split_count"),
+}
+
 # Images the manifests use, by the name `ClusterConfig.image()` takes.
 IMAGES = (
     "device_plugin",
@@ -66,6 +73,7 @@ IMAGES = (
     "dra_driver",
     "hami",
     "hami_kube_scheduler",
+    "volcano_device_plugin",
 )
 # kube-scheduler's version in the HAMi scheduler pod: the cluster's, as HAMi's chart takes it
 # (`resolvedKubeSchedulerTag`/`strippedKubeVersion`, charts/hami/templates/_helpers.tpl@v2.10.0)
@@ -134,8 +142,9 @@ class ClusterConfig(BaseModel):
     compat_with_cpu_manager: bool = False
     # How GPUs reach pods: the device plugin (`nvidia.com/gpu` extended resources), NVIDIA's
     # DRA driver for GPUs (ResourceClaims; needs resource.k8s.io/v1, docs/dra.md), or HAMi's
-    # device plugin and scheduler (GPU memory and compute split per pod; docs/sharing.md).
-    gpu_allocation: Literal["device-plugin", "dra", "hami"] = "device-plugin"
+    # device plugin and scheduler (GPU memory and compute split per pod; docs/sharing.md), or
+    # Volcano's vGPU device plugin for a Volcano scheduler the user runs (docs/sharing.md).
+    gpu_allocation: Literal["device-plugin", "dra", "hami", "volcano"] = "device-plugin"
     dra_driver_image: str = "nvcr.io/nvidia/k8s-dra-driver-gpu"
     dra_driver_tag: str = "v25.12.0"
     # HAMi (Project-HAMi/HAMi v2.10.0, charts/hami/values.yaml@4707fb02): one image for the
@@ -152,6 +161,15 @@ class ClusterConfig(BaseModel):
     hami_default_cores: int = Field(default=0, ge=0, le=100)
     hami_node_scheduler_policy: Literal["binpack", "spread"] = "binpack"
     hami_gpu_scheduler_policy: Literal["binpack", "spread"] = "spread"
+    # Volcano (gpustack_k8s_gpu_allocation=volcano): Volcano's vGPU device plugin
+    # (Project-HAMi/volcano-vgpu-device-plugin v1.12.0, volcano-vgpu-device-plugin.yml@afefcc2f);
+    # Volcano itself is the user's, its scheduler ConfigMap is checked, never written.
+    volcano_device_plugin_image: str = "docker.io/projecthami/volcano-vgpu-device-plugin"
+    volcano_device_plugin_tag: str = "v1.12.0"
+    volcano_device_split_count: int = Field(default=10, ge=1, le=1024)
+    volcano_namespace: str = "volcano-system"
+    volcano_scheduler_configmap: str = "volcano-scheduler-configmap"
+    volcano_scheduler_name: str = "volcano"
 
     @field_validator(
         "registry",
@@ -167,7 +185,7 @@ class ClusterConfig(BaseModel):
             return None
         return value.strip() if isinstance(value, str) else value
 
-    @field_validator("namespace")
+    @field_validator("namespace", "volcano_namespace")
     @classmethod
     def _namespace(cls, value: str) -> str:
         if len(value) > 63 or not _DNS_LABEL.match(value):
@@ -272,6 +290,7 @@ class ClusterConfig(BaseModel):
         "dra_driver_image",
         "hami_image",
         "hami_kube_scheduler_image",
+        "volcano_device_plugin_image",
     )
     @classmethod
     def _repository(cls, value: str | None) -> str | None:
@@ -290,6 +309,7 @@ class ClusterConfig(BaseModel):
         "dra_driver_tag",
         "hami_tag",
         "hami_kube_scheduler_tag",
+        "volcano_device_plugin_tag",
     )
     @classmethod
     def _tag(cls, value: str | None) -> str | None:
@@ -338,11 +358,13 @@ class ClusterConfig(BaseModel):
                     f"{VAR_PREFIX}compat_with_cpu_manager=true with {VAR_PREFIX}gpu_allocation"
                     "=dra: it is a device plugin setting (the DRA driver injects devices via CDI)"
                 )
-        if self.gpu_allocation == "hami":
+        if self.gpu_allocation in _SHARING_PLUGINS:
+            mode = self.gpu_allocation
+            who, split_by = _SHARING_PLUGINS[mode]
             if self.mig_strategy != "none":
                 raise ValueError(
                     f"{VAR_PREFIX}mig_strategy={self.mig_strategy} with {VAR_PREFIX}"
-                    "gpu_allocation=hami: HAMi's plugin is deployed with migStrategy none "
+                    f"gpu_allocation={mode}: {who} is deployed with migStrategy none "
                     "(it splits whole GPUs by memory and compute; MIG is the device plugin's "
                     "or the DRA driver's)"
                 )
@@ -351,14 +373,14 @@ class ClusterConfig(BaseModel):
             for field, value in shared.items():
                 if value > 1:
                     raise ValueError(
-                        f"{VAR_PREFIX}{field}={value} with {VAR_PREFIX}gpu_allocation=hami: "
-                        "sharing replicas are NVIDIA device plugin settings; HAMi shares GPUs "
-                        f"through {VAR_PREFIX}hami_device_split_count instead"
+                        f"{VAR_PREFIX}{field}={value} with {VAR_PREFIX}gpu_allocation={mode}: "
+                        f"sharing replicas are NVIDIA device plugin settings; {who} shares "
+                        f"GPUs through {VAR_PREFIX}{split_by} instead"
                     )
             if self.compat_with_cpu_manager:
                 raise ValueError(
                     f"{VAR_PREFIX}compat_with_cpu_manager=true with {VAR_PREFIX}gpu_allocation"
-                    "=hami: it is an NVIDIA device plugin setting, which HAMi's plugin replaces"
+                    f"={mode}: it is an NVIDIA device plugin setting, which {who} replaces"
                 )
         return self
 
@@ -387,6 +409,8 @@ class ClusterConfig(BaseModel):
                     "set gpustack_k8s_hami_kube_scheduler_tag to the cluster's version, e.g. "
                     "v1.36.3",
                 )
+        elif which == "volcano_device_plugin":
+            repository, tag = self.volcano_device_plugin_image, self.volcano_device_plugin_tag
         elif which == "verify":
             repository, tag = self.verify_image, self.verify_tag
         elif which == "vector_add":
@@ -418,6 +442,8 @@ class ClusterConfig(BaseModel):
         HAMi's deviceSplitCount: its plugin registers that many devices per GPU)."""
         if self.gpu_allocation == "hami":
             return self.hami_device_split_count
+        if self.gpu_allocation == "volcano":
+            return self.volcano_device_split_count
         return max(self.time_slicing_replicas, self.mps_replicas)
 
     @property
@@ -429,6 +455,8 @@ class ClusterConfig(BaseModel):
     @property
     def resource_name(self) -> str:
         """The extended resource GPU pods request (renamed when sharing with renameByDefault)."""
+        if self.gpu_allocation == "volcano":  # Volcano's vGPU plugin: shares of a GPU
+            return "volcano.sh/vgpu-number"
         if self.rename_by_default and self.sharing != "none":
             return "nvidia.com/gpu.shared"
         return "nvidia.com/gpu"
@@ -461,6 +489,11 @@ class ClusterConfig(BaseModel):
     def hami(self) -> bool:
         """GPUs are allocated through HAMi's device plugin and scheduler extender."""
         return self.gpu_allocation == "hami"
+
+    @property
+    def volcano(self) -> bool:
+        """GPUs are shared through Volcano's vGPU device plugin and Volcano's scheduler."""
+        return self.gpu_allocation == "volcano"
 
     def for_cluster(self, version: str | None) -> ClusterConfig:
         """This configuration with HAMi's kube-scheduler tag taken from the cluster's version

@@ -16,7 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-GPU_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
+# volcano.sh/vgpu-number: Volcano's vGPU device plugin (gpustack_k8s_gpu_allocation=volcano),
+# deviceSplitCount shares per GPU
+GPU_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-", "volcano.sh/vgpu-number")
 
 
 def _int(value: Any) -> int:
