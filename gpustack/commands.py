@@ -55,7 +55,9 @@ def install(
     if validated.kubeconfig:  # reach the cluster before any host is touched
         from gpustack.k8s.cluster import flow
 
-        session = flow.prepare(validated.kubeconfig, validated.inventory, validated.extravars)
+        session = flow.prepare(
+            validated.kubeconfig, validated.inventory, validated.extravars, workloads=True
+        )
     from gpustack.ansible import converged_run
 
     extra: dict = {"check_mode": check}
@@ -76,7 +78,11 @@ def verify(opts: HostOptions, junit: str | None = None) -> int:
     if junit:
         check_writable(junit)
     session = flow.prepare(
-        validated.kubeconfig, validated.inventory, validated.extravars, required=True
+        validated.kubeconfig,
+        validated.inventory,
+        validated.extravars,
+        required=True,
+        workloads=True,
     )
     result, *_ = _run(opts, "verify.yml", "gpustack verify (read-only)", validated=validated)
     k8s = None

@@ -531,6 +531,39 @@ def prune(
     return removed
 
 
+def delete_elsewhere(
+    cluster: Cluster, objects: list[dict[str, Any]], namespace: str, dry_run: bool = False
+) -> list[str]:
+    """Delete, by name, the namespaced `objects` that live outside gpustack's `namespace` (where
+    another component reads them under a fixed name: Volcano's vGPU device configuration in
+    kube-system), when they are there and labelled managed-by gpustack. Only the objects named
+    are looked at, never a whole foreign namespace. Returns the references deleted (with
+    `dry_run`, those that would be)."""
+    removed = []
+    seen = set()
+    for obj in objects:
+        meta = obj["metadata"]
+        where = meta.get("namespace")
+        key = (obj["apiVersion"], obj["kind"], where, meta["name"])
+        if not where or where == namespace or key in seen:
+            continue
+        seen.add(key)
+        resource = call(
+            lambda a=obj["apiVersion"], k=obj["kind"]: _served(cluster, a, k),
+            f"find the API for {obj['apiVersion']} {obj['kind']}",
+        )
+        if resource is None:
+            continue
+        ref = f"{obj['kind']} {where}/{meta['name']}"
+        found = _get_or_none(cluster, resource, meta["name"], where, ref)
+        if found is None or (found.metadata.labels or {}).get(MANAGED_LABEL) != "gpustack":
+            continue  # absent, or not gpustack's
+        if not dry_run:
+            _delete(cluster, resource, meta["name"], where, ref)
+        removed.append(ref)
+    return removed
+
+
 def _served(cluster: Cluster, api_version: str, kind: str):
     """The dynamic client's resource for a kind, or None when the cluster does not serve it."""
     try:

@@ -33,9 +33,17 @@ class Session:
 
 
 def prepare(
-    kubeconfig: str | None, inventory, extravars: dict[str, Any], *, required: bool = True
+    kubeconfig: str | None,
+    inventory,
+    extravars: dict[str, Any],
+    *,
+    required: bool = True,
+    workloads: bool = False,
 ) -> Session | None:
-    """Validate gpustack_k8s_* and reach the API server; BadInput on any mistake."""
+    """Validate gpustack_k8s_* and reach the API server; BadInput on any mistake.
+
+    `workloads` (install, verify): also what GPU pods will need of the cluster beyond
+    gpustack's objects (under gpu_allocation=volcano, Volcano's scheduler set for vGPU)."""
     config = config_from_inventory(inventory, extravars)  # group_vars too, as a play sees them
     cluster = connect(kubeconfig, required=required)
     if cluster is None:
@@ -44,6 +52,10 @@ def prepare(
     config = config.for_cluster(version)  # HAMi's kube-scheduler: the cluster's version
     if config.dra:  # before any host or object is touched
         dra.require_api(cluster, version)
+    if config.volcano and workloads:
+        from gpustack.k8s.cluster import volcano as volcano_cluster
+
+        volcano_cluster.require_ready(cluster, config)
     names = {h: nodes.node_name_for(h, inventory.hostvars.get(h) or {}) for h in inventory.hosts}
     return Session(cluster, config, version, names, inventory.hostvars,
                    mig_strategy_set=strategy_set(inventory, extravars))  # fmt: skip
@@ -84,7 +96,7 @@ class ClusterReport:
     gfd_mode: str = ""  # node-feature-api or feature-file, as rendered ("" with GFD off)
     mig_strategy: str = ""  # as deployed by install (derived from the layouts unless set)
     removed: list[str] = field(default_factory=list)  # gpustack's, no longer rendered
-    gpu_allocation: str = ""  # gpustack_k8s_gpu_allocation: device-plugin, dra or hami
+    gpu_allocation: str = ""  # gpustack_k8s_gpu_allocation: device-plugin, dra, hami, volcano
 
     @property
     def passed(self) -> bool:
@@ -194,8 +206,14 @@ def install(
             new_labels.pop(key, None)
         labelled[target.node_name] = new_labels
     report.applied = apply.apply_objects(cluster, objects, dry_run=check)
-    kinds = _namespaced_kinds(_every_setting(session, objects))
+    every = _every_setting(session, objects)
+    kinds = _namespaced_kinds(every)
     report.removed = apply.prune(cluster, config.namespace, objects, kinds, dry_run=check)
+    # objects other settings place outside gpustack's namespace (Volcano's in kube-system)
+    rendered = {_ref(o) for o in objects}
+    report.removed += apply.delete_elsewhere(
+        cluster, [o for o in every if _ref(o) not in rendered], config.namespace, dry_run=check
+    )
     if check:
         return report
     _rollout_and_verify(session, report, objects, targets, labelled, clock)
@@ -252,7 +270,7 @@ def _every_setting(session: Session, objects=None) -> list[dict[str, Any]]:
     every_operand = {"gfd_enabled": True, "dcgm_exporter_enabled": True}
     others = [
         config.model_copy(update={"gpu_allocation": other, **unshared, **every_operand})
-        for other in ("device-plugin", "dra", "hami")
+        for other in ("device-plugin", "dra", "hami", "volcano")
         if other != config.gpu_allocation
     ]
     # only their names and kinds are used: HAMi's kube-scheduler tag need not be the cluster's
@@ -264,6 +282,11 @@ def _every_setting(session: Session, objects=None) -> list[dict[str, Any]]:
         *render(this_config, servicemonitor=servicemonitor, nfd_api=False),
         *(obj for o in others for obj in render(o, servicemonitor=servicemonitor, nfd_api=False)),
     ]
+
+
+def _ref(obj: dict[str, Any]) -> tuple[str, str, str | None, str]:
+    meta = obj["metadata"]
+    return obj["apiVersion"], obj["kind"], meta.get("namespace"), meta["name"]
 
 
 def _namespaced_kinds(objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -279,7 +302,9 @@ def _namespaced_kinds(objects: list[dict[str, Any]]) -> list[tuple[str, str]]:
 def uninstall(session: Session) -> dict[str, Any]:
     """Delete gpustack's objects (by label) and the node labels gpustack recorded."""
     cluster = session.cluster
-    deleted, kept = apply.delete_managed(cluster, _every_setting(session), session.config.namespace)
+    every = _every_setting(session)
+    deleted, kept = apply.delete_managed(cluster, every, session.config.namespace)
+    deleted += apply.delete_elsewhere(cluster, every, session.config.namespace)
     unlabelled = []
     for node in cluster.list_all("/api/v1/nodes", "list nodes"):
         patch = nodes.unlabel_patch(node)
