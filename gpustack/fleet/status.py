@@ -310,6 +310,10 @@ def companions(driver_installed: str, st_driver: dict[str, Any]) -> dict[str, di
     return found
 
 
+# gpustack_k8s_gpu_allocation -> its device plugin, in drift lines
+_PLUGIN_WORDS = {"hami": "HAMi device plugin", "volcano": "Volcano vGPU device plugin"}
+
+
 def kubernetes_drift(gpu_count: int, k8s: dict[str, Any] | None) -> list[str]:
     if k8s is None or not k8s.get("node"):
         return [(k8s or {}).get("error") or "no Kubernetes node for this host"]
@@ -320,11 +324,12 @@ def kubernetes_drift(gpu_count: int, k8s: dict[str, Any] | None) -> list[str]:
         if k8s.get("device_plugin_ready") is not True:
             out.append("DRA kubelet plugin pod not ready on the Kubernetes node")
     elif gpu_count:
-        hami = k8s.get("allocator") == "hami"  # gpustack_k8s_gpu_allocation=hami
+        allocator = k8s.get("allocator")  # gpustack_k8s_gpu_allocation=hami or volcano
+        resource = "volcano.sh/vgpu-number" if allocator == "volcano" else "nvidia.com/gpu"
         if not k8s.get("allocatable_gpus"):
-            out.append("nvidia.com/gpu not allocatable on the Kubernetes node")
+            out.append(f"{resource} not allocatable on the Kubernetes node")
         if k8s.get("device_plugin_ready") is not True:
-            plugin = "HAMi device plugin" if hami else "device plugin"
+            plugin = _PLUGIN_WORDS.get(allocator, "device plugin")
             out.append(f"{plugin} pod not ready on the Kubernetes node")
     reasons: dict[str, list[str]] = {}
     for component, why in sorted((k8s.get("paused_clients") or {}).items()):

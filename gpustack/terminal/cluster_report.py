@@ -14,7 +14,7 @@ CELL = {"passed": "[green]ok[/]", "failed": "[red]failed[/]", "skipped": "[yello
 def print_cluster(report: ClusterReport, verbose: int = 0) -> None:
     out = output.stdout
     out.print(f"\nKubernetes {escape(report.version)} at {escape(report.server)}")
-    if report.gpu_allocation not in ("", "device-plugin"):  # dra or hami: say which
+    if report.gpu_allocation not in ("", "device-plugin"):  # dra, hami or volcano: say which
         out.print(f"GPU allocation: {escape(report.gpu_allocation)}")
     if report.applied:
         counts: dict[str, int] = {}

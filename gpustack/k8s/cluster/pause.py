@@ -41,6 +41,7 @@ CLIENT_LABELS = tuple(
     for c in (
         "device-plugin",
         "hami-device-plugin",  # gpustack_k8s_gpu_allocation=hami: HAMi's plugin holds the GPUs too
+        "volcano-device-plugin",  # gpustack_k8s_gpu_allocation=volcano: so does Volcano's vGPU one
         "gpu-feature-discovery",
         "dcgm-exporter",
         "dcgm",

@@ -26,7 +26,13 @@ DRA_PLUGIN_SELECTOR = (
 HAMI_PLUGIN_SELECTOR = (
     "app.kubernetes.io/name=hami-device-plugin,app.kubernetes.io/instance=gpustack"
 )
+# gpustack_k8s_gpu_allocation=volcano: Volcano's vGPU device plugin pods (GPU shares are
+# volcano.sh/vgpu-number)
+VOLCANO_PLUGIN_SELECTOR = (
+    "app.kubernetes.io/name=volcano-device-plugin,app.kubernetes.io/instance=gpustack"
+)
 GPU_RESOURCE = "nvidia.com/gpu"
+VGPU_RESOURCE = "volcano.sh/vgpu-number"
 PAGE = 500
 
 
@@ -35,8 +41,8 @@ def prepare(kubeconfig: str, inventory, extravars: dict[str, Any]) -> flow.Sessi
     return flow.prepare(kubeconfig, inventory, extravars, required=True)
 
 
-def _gpus(node: dict[str, Any]) -> int:
-    value = ((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE, "0")
+def _gpus(node: dict[str, Any], resource: str = GPU_RESOURCE) -> int:
+    value = ((node.get("status") or {}).get("allocatable") or {}).get(resource, "0")
     return int(str(value)) if str(value).isdigit() else 0
 
 
@@ -58,8 +64,11 @@ def node_views(
     `published` (DRA only): node -> GPUs its ResourceSlices publish, which then stand for
     allocatable GPUs, and `plugin_pods` are the DRA kubelet plugin's.
     `allocator` "hami": `plugin_pods` are HAMi's device plugin's and the view says so
-    (allocatable `nvidia.com/gpu` then counts GPU shares: GPUs × deviceSplitCount).
+    (allocatable `nvidia.com/gpu` then counts GPU shares: GPUs × deviceSplitCount);
+    "volcano": they are Volcano's vGPU device plugin's, and allocatable counts
+    `volcano.sh/vgpu-number` (GPU shares: GPUs × deviceSplitCount).
     """
+    resource = VGPU_RESOURCE if allocator == "volcano" else GPU_RESOURCE
     pods_by_node: dict[str, list[dict[str, Any]]] = {}
     for pod in plugin_pods:
         node_name = (pod.get("spec") or {}).get("nodeName")
@@ -77,7 +86,9 @@ def node_views(
             "node": name,
             "ready": _ready(node),
             "cordoned": bool((node.get("spec") or {}).get("unschedulable")),
-            "allocatable_gpus": _gpus(node) if published is None else published.get(name, 0),
+            "allocatable_gpus": (
+                _gpus(node, resource) if published is None else published.get(name, 0)
+            ),
             "device_plugin_ready": (any(_ready(p) for p in pods) if pods else None),
             "device_plugin_pods": [p["metadata"]["name"] for p in pods],
             "upgrade_state": ((node["metadata"].get("labels") or {}).get(UPGRADE_STATE_LABEL)),
@@ -128,6 +139,8 @@ def read_nodes(session: flow.Session) -> dict[str, dict[str, Any]]:
                     if dra_mode
                     else HAMI_PLUGIN_SELECTOR
                     if session.config.hami
+                    else VOLCANO_PLUGIN_SELECTOR
+                    if session.config.volcano
                     else DEVICE_PLUGIN_SELECTOR
                 ),
             )
@@ -138,7 +151,8 @@ def read_nodes(session: flow.Session) -> dict[str, dict[str, Any]]:
                 devices = dra.node_devices(cluster)
                 published = {n: len(dra.covered_gpus(d)) for n, d in devices.items()}
             matches = nodes.match_hosts(session.node_names, session.hostvars, all_nodes)
-            allocator = "hami" if session.config.hami else None
+            allocator = session.config.gpu_allocation
+            allocator = allocator if allocator in ("hami", "volcano") else None
             return node_views(matches, pods, nfd_api, published, allocator)
     finally:
         cluster.close()
