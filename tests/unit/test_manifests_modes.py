@@ -24,6 +24,7 @@ MODES = {
     "dra": {"gpu_allocation": "dra"},
     "dra-mig-mixed": {"gpu_allocation": "dra", "mig_strategy": "mixed"},
     "hami": {"gpu_allocation": "hami", "hami_kube_scheduler_tag": "v1.36.3"},
+    "volcano": {"gpu_allocation": "volcano"},
     "gfd-node-feature-api": {"gfd_mode": "node-feature-api"},
 }
 
