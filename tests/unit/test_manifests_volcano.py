@@ -354,3 +354,30 @@ def test_status_names_volcanos_plugin_and_counts_vgpu_shares():
     assert kubernetes_drift(2, empty) == [
         "volcano.sh/vgpu-number not allocatable on the Kubernetes node"
     ]
+
+
+# -- the share check -----------------------------------------------------------------------
+
+
+def test_the_share_verdict_wants_one_host_gpu_per_pod_and_names_a_shared_one():
+    from gpustack.k8s.cluster.verify import share_verdict
+
+    host = ["GPU-a", "GPU-b"]
+    ok, message = share_verdict(host, [["GPU-a"], ["GPU-a"]])
+    assert ok and "placed together on GPU GPU-a" in message
+    ok, message = share_verdict(host, [["GPU-a"], ["GPU-b"]])
+    assert ok and "spread them" in message and "not exercised" in message
+    assert share_verdict(host, [["GPU-a"], []]) == (False, "nvidia-smi -L listed no GPU")
+    ok, message = share_verdict(host, [["GPU-a", "GPU-b"], ["GPU-a"]])
+    assert not ok and "listed 2 GPUs" in message
+    ok, message = share_verdict(host, [["GPU-z"], ["GPU-z"]])
+    assert not ok and "not on the host" in message
+
+
+def test_share_job_names_fit_a_label_value():
+    from gpustack.k8s.cluster.pods import job_name
+
+    name = job_name("a-very-long-node-name." * 5)
+    assert len(name) <= 63 and name.startswith("gpustack-share-")
+    job = render_verify_volcano_job(ClusterConfig(**VOLCANO), node_name="n", name=name)
+    assert job["metadata"]["name"] == name

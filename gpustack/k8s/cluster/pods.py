@@ -167,3 +167,117 @@ def delete_pod(cluster: Cluster, namespace: str, name: str) -> None:
                 f"cannot delete verification pod {namespace}/{name}: {status_message(exc)}",
                 f"delete it by hand: kubectl -n {namespace} delete pod {name}",
             ) from None
+
+
+VOLCANO_JOBS = "/apis/batch.volcano.sh/v1alpha1/namespaces/{namespace}/jobs"
+JOB_LABEL = "gpustack.io/verify-job"  # on a Volcano Job's pod template: which Job a pod is of
+
+
+def job_name(node: str) -> str:
+    """A Volcano Job name (its pods carry it in a label, so at most 63 characters)."""
+    base = re.sub(r"[^a-z0-9-]+", "-", node.lower()).strip("-")[:40].strip("-")
+    return f"gpustack-share-{base}-{uuid.uuid4().hex[:5]}"
+
+
+def run_volcano_jobs(
+    cluster: Cluster, jobs: dict[str, dict[str, Any]], pods_each: int, timeout: float, clock: Clock
+) -> dict[str, list[PodOutcome] | str]:
+    """Create the Volcano Jobs, wait until each has `pods_each` finished pods or `timeout`, read
+    their logs; always delete the Jobs and their pods. host -> the pods' outcomes, or why the
+    Job got no such outcomes (its API not served, too few pods created)."""
+    if not jobs:
+        return {}
+    run = uuid.uuid4().hex[:10]
+    namespace = next(iter(jobs.values()))["metadata"]["namespace"]
+    created: list[str] = []
+    out: dict[str, list[PodOutcome] | str] = {}
+    try:
+        for host, job in jobs.items():
+            name = job["metadata"]["name"]
+            job["metadata"].setdefault("labels", {})[RUN_LABEL] = run
+            for task in job["spec"]["tasks"]:
+                labels = task["template"].setdefault("metadata", {}).setdefault("labels", {})
+                labels.update({RUN_LABEL: run, JOB_LABEL: name})
+            try:
+                cluster.raw("POST", VOLCANO_JOBS.format(namespace=namespace), body=job,
+                            ctype="application/json")  # fmt: skip
+            except ApiException as exc:
+                if exc.status == 404:
+                    out[host] = (
+                        "the cluster does not serve Volcano's Job API (batch.volcano.sh/v1alpha1):"
+                        " is Volcano installed?"
+                    )
+                    continue
+                raise GpustackError(
+                    f"cannot create Volcano Job {namespace}/{name}: {status_message(exc)}"
+                ) from None
+            created.append(name)
+        by_job = {j["metadata"]["name"]: h for h, j in jobs.items() if h not in out}
+        start = clock.now()
+        groups: dict[str, list[dict]] = {}
+        while by_job:
+            listing = cluster.list_all(
+                f"/api/v1/namespaces/{namespace}/pods",
+                "list verification pods",
+                labelSelector=f"{RUN_LABEL}={run}",
+            )
+            groups = {name: [] for name in by_job}
+            for pod in listing:
+                job = (pod["metadata"].get("labels") or {}).get(JOB_LABEL)
+                if job in groups:
+                    groups[job].append(pod)
+            done = all(
+                len(pods) >= pods_each and all(_phase(p) in ("Succeeded", "Failed") for p in pods)
+                for pods in groups.values()
+            )
+            elapsed = clock.now() - start
+            if done or elapsed >= timeout:
+                break
+            clock.sleep(POLL_SECONDS)
+        for name, host in by_job.items():
+            pods = sorted(groups.get(name, []), key=lambda p: p["metadata"]["name"])
+            if len(pods) < pods_each:
+                out[host] = (
+                    f"Volcano created {len(pods)} of {pods_each} pods for Job {name} in "
+                    f"{timeout:.0f} s ({_job_state(cluster, namespace, name)}): are Volcano's "
+                    "controllers and scheduler running, with deviceshare.VGPUEnable?"
+                )
+                continue
+            out[host] = [
+                _outcome(cluster, namespace, p["metadata"]["name"], p, timeout, elapsed)
+                for p in pods
+            ]
+    finally:
+        for name in created:
+            try:
+                cluster.raw("DELETE", f"{VOLCANO_JOBS.format(namespace=namespace)}/{name}",
+                            body={"propagationPolicy": "Background"},
+                            ctype="application/json")  # fmt: skip
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise GpustackError(
+                        f"cannot delete Volcano Job {namespace}/{name}: {status_message(exc)}",
+                        f"delete it by hand: kubectl -n {namespace} delete jobs.batch.volcano.sh "
+                        f"{name}",
+                    ) from None
+        if created:  # their pods too: Volcano's controller may be gone, the GC may be late
+            for pod in cluster.list_all(
+                f"/api/v1/namespaces/{namespace}/pods",
+                "list verification pods",
+                labelSelector=f"{RUN_LABEL}={run}",
+            ):
+                delete_pod(cluster, namespace, pod["metadata"]["name"])
+    return out
+
+
+def _phase(pod: dict) -> str:
+    return (pod.get("status") or {}).get("phase", "Pending")
+
+
+def _job_state(cluster: Cluster, namespace: str, name: str) -> str:
+    try:
+        job = cluster.raw("GET", f"{VOLCANO_JOBS.format(namespace=namespace)}/{name}")
+    except ApiException:
+        return "Job state unknown"
+    state = ((job.get("status") or {}).get("state") or {}).get("phase")
+    return f"Job phase {state}" if state else "the Job has no status: no Volcano controller?"

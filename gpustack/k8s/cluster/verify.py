@@ -10,6 +10,11 @@ Checks per node, in order (a failed check skips the later ones for that node):
             Operator's validator does) and runs `nvidia-smi -L`; it must see exactly one GPU,
             one of the host's. When every unit is held by other pods, no pod is started
             (skipped): verification never disturbs running workloads
+  share     gpustack_k8s_gpu_allocation=volcano only: a Volcano Job of two pods pinned to the
+            node, each asking one volcano.sh/vgpu-number and SHARE_MEMORY_MIB of GPU memory,
+            runs `nvidia-smi -L`; each must see exactly one of the host's GPUs (the same one
+            unless Volcano's policy spread them over the node's GPUs). Skipped with fewer than
+            two free volcano.sh/vgpu-number
   vectoradd optional (gpustack_k8s_vector_add_image): the CUDA vectorAdd sample Succeeds
   dcgm      optional (gpustack_k8s_dcgm_scrape): dcgm-exporter reports DCGM_FI_DEV_GPU_TEMP
             for each of the node's GPUs (through the API server's service proxy)
@@ -30,8 +35,17 @@ from gpustack.fleet.mig import expected_resources, resource_drift
 from gpustack.k8s.cluster import dra, gfd, gpu_resources, metrics
 from gpustack.k8s.cluster.checks import FAILED, PASSED, SKIPPED, NodeReport
 from gpustack.k8s.cluster.connect import Clock, Cluster, poll
-from gpustack.k8s.cluster.pods import POLL_SECONDS, pod_name, run_pods
-from gpustack.k8s.manifests import ClusterConfig, render_verify_pod
+from gpustack.k8s.cluster.pods import (
+    POLL_SECONDS,
+    job_name,
+    pod_name,
+    run_pods,
+    run_volcano_jobs,
+)
+from gpustack.k8s.manifests import ClusterConfig, render_verify_pod, render_verify_volcano_job
+
+SHARE_MEMORY_MIB = 1024  # GPU memory each pod of the Volcano share check asks for
+VGPU_NUMBER = "volcano.sh/vgpu-number"
 
 
 @dataclass
@@ -168,6 +182,8 @@ def verify(
     else:
         ready = _wait_capacity(cluster, config, targets, candidates, clock)
         units = _verify_pods(cluster, config, reports, candidates, ready, clock)
+        if config.volcano and units:
+            _volcano_share(cluster, config, reports, candidates, list(units), ready, clock)
     if config.vector_add_image and units:
         _vectoradd(cluster, config, reports, units, clock)
     passing = [reports[h] for h in ready if not reports[h].failed()]
@@ -280,6 +296,58 @@ def _verify_pods(cluster, config, reports, candidates, ready, clock) -> dict[str
             "pod", PASSED if ok else FAILED, message + (detail if ok else ""), outcome.seconds
         )
     return {h: u.resource for h, u in chosen.items() if not reports[h].failed()}
+
+
+def share_verdict(expected: list[str] | None, seen: list[list[str]]) -> tuple[bool, str]:
+    """Pure: each pod of the share Job asked for one vGPU, so each must see exactly one of the
+    host's GPUs; the same one shows the GPU shared."""
+    for uuids in seen:
+        ok, message = compare_uuids(expected, uuids)
+        if not ok:
+            return False, message
+    gpus = sorted({uuids[0] for uuids in seen})
+    if len(gpus) == 1:
+        return True, (
+            f"the Volcano Job's {len(seen)} pods were placed together on GPU {gpus[0]}, "
+            f"{SHARE_MEMORY_MIB} MiB of its memory each"
+        )
+    return True, (
+        f"the Volcano Job's pods got different GPUs ({', '.join(gpus)}): Volcano's "
+        "deviceshare.SchedulePolicy spread them, so one GPU shared was not exercised"
+    )
+
+
+def _volcano_share(cluster, config, reports, candidates, hosts, ready, clock) -> None:
+    """The `share` check under gpu_allocation=volcano (a Volcano Job, two pods, one node)."""
+    jobs = {}
+    for host in hosts:
+        if reports[host].failed():
+            continue
+        unit = _node_units(cluster, ready[host]).get(VGPU_NUMBER)
+        if unit is None or unit.free < 2:
+            free = 0 if unit is None else unit.free
+            reports[host].add(
+                "share", SKIPPED,
+                f"{free} free {VGPU_NUMBER}, the share check needs 2; no Job was started",
+            )  # fmt: skip
+            continue
+        node = reports[host].node
+        jobs[host] = render_verify_volcano_job(
+            config, node_name=node, name=job_name(node), memory_mib=SHARE_MEMORY_MIB
+        )
+    done = run_volcano_jobs(cluster, jobs, 2, config.verify_timeout, clock)
+    for host, outcome in done.items():
+        report = reports[host]
+        if isinstance(outcome, str):
+            report.add("share", FAILED, outcome)
+            continue
+        seconds = max(o.seconds for o in outcome)
+        failed = [o.message for o in outcome if o.phase != "Succeeded"]
+        if failed:
+            report.add("share", FAILED, "; ".join(failed), seconds)
+            continue
+        ok, message = share_verdict(candidates[host][1].uuids, [smi_uuids(o.log) for o in outcome])
+        report.add("share", PASSED if ok else FAILED, message, seconds)
 
 
 def _dra_pods(cluster, config, reports, candidates, ready, clock) -> None:
