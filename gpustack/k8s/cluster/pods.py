@@ -14,7 +14,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from gpustack.errors import GpustackError
-from gpustack.k8s.cluster.connect import Clock, Cluster, call, status_message
+from gpustack.k8s.cluster.connect import Clock, Cluster, api_hint, call, status_message
 
 RUN_LABEL = "gpustack.io/verify-run"
 POLL_SECONDS = 1.0
@@ -209,7 +209,8 @@ def run_volcano_jobs(
                     )
                     continue
                 raise GpustackError(
-                    f"cannot create Volcano Job {namespace}/{name}: {status_message(exc)}"
+                    f"cannot create Volcano Job {namespace}/{name}: {status_message(exc)}",
+                    api_hint(exc),
                 ) from None
             created.append(name)
         by_job = {j["metadata"]["name"]: h for h, j in jobs.items() if h not in out}
