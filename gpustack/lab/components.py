@@ -49,6 +49,12 @@ _NVIDIA_EXTLDFLAGS = "-Wl,--export-dynamic -Wl,--unresolved-symbols=ignore-in-ob
 CONTROLLER_TOOLS_VERSION = "0.19.0"
 PROMETHEUS_OPERATOR_APIS = "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring"
 PROMETHEUS_OPERATOR_APIS_VERSION = "0.95.2"
+# Volcano's CRDs (the Volcano Job gpustack's verification runs under
+# gpustack_k8s_gpu_allocation=volcano), from the API types Volcano generates them from
+# (volcano-sh/volcano Makefile@ed72c7c815a9fd547a787134676f73d42e9d049c, target `manifests`):
+# the proxy serves volcano.sh/apis, not volcano.sh/volcano.
+VOLCANO_APIS = "volcano.sh/apis"
+VOLCANO_APIS_VERSION = "1.13.0"
 
 CACHE_ENV = "GPUSTACK_COMPONENTS_CACHE"
 
@@ -427,47 +433,64 @@ def build(component: GoComponent, log: Callable[[str], None] = lambda _: None) -
         return target / "bin"
 
 
-def prometheus_operator_crds(log: Callable[[str], None] = lambda _: None) -> Path:
-    """The directory of Prometheus Operator's CRDs (monitoring.coreos.com_servicemonitors.yaml
-    and the others) at PROMETHEUS_OPERATOR_APIS_VERSION, generated once by controller-gen
-    (`crd:crdVersions=v1`) from the API types' module and cached beside the components."""
+def _generated_crds(
+    name: str, module: str, version: str, packages: tuple[str, ...], options: str, log
+) -> Path:
+    """The directory of the CRDs controller-gen generates (`options`) from the API types of
+    `packages` in `module` at `version`, generated once and cached beside the components: the
+    module proxy serves the types' module, not the repositories whose YAML holds them."""
     controller_gen = build(CONTROLLER_GEN, log) / "controller-gen"
-    target = cache_root() / (
-        f"prometheus-operator-crds-{PROMETHEUS_OPERATOR_APIS_VERSION}"
-        f"-controller-gen-{CONTROLLER_TOOLS_VERSION}"
-    )
+    target = cache_root() / f"{name}-{version}-controller-gen-{CONTROLLER_TOOLS_VERSION}"
     with locked(cache_root() / f".{target.name}.lock"):
-        if (target / "monitoring.coreos.com_servicemonitors.yaml").is_file():
+        if any(target.glob("*.yaml")):  # complete: renamed into place once generated
             return target
         env = dict(os.environ, CGO_ENABLED="0", GOFLAGS="-mod=mod")
         with tempfile.TemporaryDirectory(prefix="gpustack-crds-") as tmp:
             work = Path(tmp)
             (work / "go.mod").write_text(
-                "module gpustack.local/crds\n\ngo 1.26.0\n\n"
-                f"require {PROMETHEUS_OPERATOR_APIS} v{PROMETHEUS_OPERATOR_APIS_VERSION}\n"
+                f"module gpustack.local/crds\n\ngo 1.26.0\n\nrequire {module} v{version}\n"
             )
-            (work / "tools.go").write_text(
-                f'package crds\n\nimport _ "{PROMETHEUS_OPERATOR_APIS}/v1"\n'
-            )
-            _go(["mod", "tidy"], work, env, "prometheus-operator's API types")
+            imports = "".join(f'import _ "{p}"\n' for p in packages)
+            (work / "tools.go").write_text(f"package crds\n\n{imports}")
+            _go(["mod", "tidy"], work, env, f"{name}'s API types")
             staging = target.with_name(target.name + ".part")
             shutil.rmtree(staging, ignore_errors=True)
             run = subprocess.run(
-                [str(controller_gen), "crd:crdVersions=v1",
-                 f"paths={PROMETHEUS_OPERATOR_APIS}/v1", f"output:crd:dir={staging}"],
+                [str(controller_gen), options, *(f"paths={p}" for p in packages),
+                 f"output:crd:dir={staging}"],
                 cwd=work, env=env, capture_output=True, text=True, check=False,
             )  # fmt: skip
             if run.returncode != 0:
                 raise LabError(
-                    f"controller-gen could not generate Prometheus Operator's CRDs: "
+                    f"controller-gen could not generate {name}: "
                     f"{(run.stderr or run.stdout).strip()[-500:]}",
-                    "check that the Go module proxy serves "
-                    f"{PROMETHEUS_OPERATOR_APIS}@v{PROMETHEUS_OPERATOR_APIS_VERSION}",
+                    f"check that the Go module proxy serves {module}@v{version}",
                 )
             shutil.rmtree(target, ignore_errors=True)
             staging.rename(target)
-    log(f"generated Prometheus Operator's CRDs -> {target}")
+    log(f"generated {name} -> {target}")
     return target
+
+
+def prometheus_operator_crds(log: Callable[[str], None] = lambda _: None) -> Path:
+    """The directory of Prometheus Operator's CRDs (monitoring.coreos.com_servicemonitors.yaml
+    and the others) at PROMETHEUS_OPERATOR_APIS_VERSION, as upstream generates them
+    (`crd:crdVersions=v1`)."""
+    return _generated_crds(
+        "prometheus-operator-crds", PROMETHEUS_OPERATOR_APIS, PROMETHEUS_OPERATOR_APIS_VERSION,
+        (f"{PROMETHEUS_OPERATOR_APIS}/v1",), "crd:crdVersions=v1", log,
+    )  # fmt: skip
+
+
+def volcano_crds(log: Callable[[str], None] = lambda _: None) -> Path:
+    """The directory of Volcano's CRDs (batch.volcano.sh_jobs.yaml, scheduling.volcano.sh_
+    podgroups.yaml and _queues.yaml) from volcano.sh/apis at VOLCANO_APIS_VERSION, with the
+    options Volcano's Makefile generates its Job CRD with."""
+    return _generated_crds(
+        "volcano-crds", VOLCANO_APIS, VOLCANO_APIS_VERSION,
+        (f"{VOLCANO_APIS}/pkg/apis/batch/v1alpha1", f"{VOLCANO_APIS}/pkg/apis/scheduling/v1beta1"),
+        "crd:crdVersions=v1,generateEmbeddedObjectMeta=true,maxDescLen=0", log,
+    )  # fmt: skip
 
 
 def ensure(names: tuple[str, ...] = ("kubernetes", "etcd"), log=lambda _: None) -> dict[str, Path]:
@@ -488,6 +511,7 @@ def describe(build_missing: bool = False, log=lambda _: None) -> list[dict]:
     go = go_version()
     if build_missing:
         prometheus_operator_crds(log)  # builds controller-gen first
+        volcano_crds(log)
     for component in COMPONENTS.values():
         if build_missing:
             build(component, log)
