@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import pytest
 
+from gpustack.errors import BadInput
 from gpustack.k8s.cluster import flow
 from gpustack.k8s.cluster.connect import connect
+from gpustack.k8s.cluster.mig import connect_backend
 from tests.builders import gpu_facts, inventory, run_result
 from tests.kube.stand_ins import kwok_node
 
@@ -110,6 +112,14 @@ def test_switching_to_hami_and_back_replaces_the_plugin_and_removes_hamis_object
     assert kube["image"].endswith(":" + session.version.split("+")[0].split("-")[0])
     # capacity read as GPUs x deviceSplitCount (the node's stand-in allocatable is 10)
     assert report.nodes[0].check("capacity").status == "passed", report.to_dict()
+    # install waited for HAMi's scheduler Deployment too (kwok runs its pod)
+    (scheduler,) = [r for r in report.daemonsets if r.kind == "Deployment"]
+    assert scheduler.name == "hami-scheduler" and scheduler.ready, scheduler
+    # gpustack mig refuses to partition GPUs HAMi hands out: configured, or only deployed
+    inv = inventory(kubeconfig.parent, [host])
+    for extravars in ({"gpustack_k8s_gpu_allocation": "hami"}, {}):
+        with pytest.raises(BadInput, match="gpustack mig: gpustack_k8s_gpu_allocation is"):
+            connect_backend(str(kubeconfig), inv, {"gpustack_k8s_namespace": ns, **extravars})
 
     back = flow.install(session_for(kubeconfig, unique, host), facts)
 
