@@ -370,7 +370,8 @@ def get_daemonset(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]
 def _deployment_rollout(cluster: Cluster, namespace: str, name: str) -> RolloutResult:
     """One look at a Deployment as `kubectl rollout status` judges it: the controller has seen
     its generation, every replica is of the current template and available, and no old one is
-    left (k8s.io/kubectl pkg/polymorphichelpers/rollout_status.go, DeploymentStatusViewer)."""
+    left (DeploymentStatusViewer, k8s.io/kubectl@v0.36.3/pkg/polymorphichelpers/rollout_status.go)
+    """
     path = f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}"
     dep = read_or_none(cluster, path, f"Deployment {namespace}/{name}")
     if dep is None:
