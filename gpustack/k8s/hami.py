@@ -23,6 +23,7 @@ HAMI_COMMIT = "4707fb02c91c545bc7343ce26dba4c32919f9a3e"
 DEVICE_PLUGIN = "hami-device-plugin"
 SCHEDULER = "hami-scheduler"
 SCHEDULER_NAME = "hami-scheduler"  # values.yaml schedulerName: what pods ask for
+MEMORY_RESOURCE = "nvidia.com/gpumem"  # MiB of one GPU's memory (values.yaml resourceMem)
 DEVICE_CONFIG = "hami-scheduler-device"
 CLUSTER_PREFIX = "gpustack-"
 # gpustack's per-node label for HAMi's plugin, and the label HAMi's chart selects nodes by

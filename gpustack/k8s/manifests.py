@@ -348,6 +348,12 @@ def _dcgm_exporter(config: ClusterConfig, servicemonitor: bool) -> list[dict[str
 _POD_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
+# Under HAMi the verification pod reads the GPU's memory as the container sees it: HAMi-core
+# answers NVML's memory query with the pod's limit as the total (Project-HAMi/HAMi-core
+# src/nvml/hook.c@8f3a89c67b037d8fdfe6c4cd4d8c4f0cd6504811, _nvmlDeviceGetMemoryInfo).
+HAMI_VERIFY_COMMAND = ("nvidia-smi", "--query-gpu=name,uuid,memory.total", "--format=csv,noheader")
+
+
 def render_verify_pod(
     config: ClusterConfig,
     *,
@@ -359,11 +365,17 @@ def render_verify_pod(
 ) -> dict[str, Any]:
     """A pod pinned to `node_name` that requests `gpus` GPUs and runs the check `kind`.
 
-    kind "nvidia-smi" runs `nvidia-smi -L` in the verify image; "vectoradd" runs the CUDA
-    vectorAdd sample image (gpustack_k8s_vector_add_image) with its own entrypoint.
+    kind "nvidia-smi" runs `nvidia-smi -L` in the verify image (under HAMi: the pod also asks
+    for gpustack_k8s_hami_verify_memory MiB and lists each GPU's name, UUID and total memory);
+    "vectoradd" runs the CUDA vectorAdd sample image (gpustack_k8s_vector_add_image) with its
+    own entrypoint.
     `resource` overrides the extended resource (default: config.resource_name).
     """
-    if kind == "nvidia-smi":
+    limits = {resource or config.resource_name: gpus}
+    if kind == "nvidia-smi" and config.hami:  # the GPU with its memory, as HAMi-core limits it
+        image, command = config.image("verify"), list(HAMI_VERIFY_COMMAND)
+        limits[hami.MEMORY_RESOURCE] = config.hami_verify_memory
+    elif kind == "nvidia-smi":
         image, command = config.image("verify"), ["nvidia-smi", "-L"]
     elif kind == "vectoradd":
         image, command = config.image("vector_add"), None
@@ -385,8 +397,7 @@ def render_verify_pod(
         + (UNSCHEDULABLE_TOLERATIONS if config.hami or config.volcano else []),
         image=image,
         command=command,
-        resource=resource or config.resource_name,
-        gpus=gpus,
+        limits=limits,
         hami_scheduler=hami.SCHEDULER_NAME,
     )
 

@@ -161,6 +161,9 @@ class ClusterConfig(BaseModel):
     hami_default_cores: int = Field(default=0, ge=0, le=100)
     hami_node_scheduler_policy: Literal["binpack", "spread"] = "binpack"
     hami_gpu_scheduler_policy: Literal["binpack", "spread"] = "spread"
+    # MiB of GPU memory the verification pod asks HAMi for (nvidia.com/gpumem): nvidia-smi in
+    # the pod must report it as the GPU's total memory, the limit HAMi-core enforces.
+    hami_verify_memory: int = Field(default=1024, ge=1, le=1048576)
     # Volcano (gpustack_k8s_gpu_allocation=volcano): Volcano's vGPU device plugin
     # (Project-HAMi/volcano-vgpu-device-plugin v1.12.0, volcano-vgpu-device-plugin.yml@afefcc2f);
     # Volcano itself is the user's, its scheduler ConfigMap is checked, never written.
@@ -566,6 +569,7 @@ _HINTS = {
     "hami_default_cores": "percent of a GPU's compute a pod gets when it asks none, 0 to 100",
     "hami_node_scheduler_policy": "choose binpack or spread",
     "hami_gpu_scheduler_policy": "choose binpack or spread",
+    "hami_verify_memory": "MiB the verification pod asks for, e.g. 1024",
     "time_slicing_replicas": "1 turns time-slicing off; 2 or more shares each GPU",
     "mps_replicas": "1 turns MPS off; 2 to 48 shares each GPU through MPS",
     "vector_add_image": (

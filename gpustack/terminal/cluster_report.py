@@ -34,7 +34,7 @@ def print_cluster(report: ClusterReport, verbose: int = 0) -> None:
         out.print(f"{verb} {escape(node)}: {escape(shown)}")
     for ds in report.daemonsets:
         if not ds.ready:
-            out.print(f"[red]DaemonSet {escape(ds.name)}[/] {escape(ds.message)}")
+            out.print(f"[red]{ds.kind} {escape(ds.name)}[/] {escape(ds.message)}")
     if report.check_mode or not report.nodes:
         return
     names = []

@@ -11,17 +11,23 @@ go Running without running anything, and its `nvidia.com/gpu` capacity is what t
 HAMi's images are not run: nothing here registers HAMi's devices, runs its scheduler extender or
 its CUDA interposer, so only the objects are asserted on (docs/sharing.md says what that leaves
 unproven). The verification pods go to HAMi's scheduler, which does not run here: their result
-is not asserted on.
+is asserted on only where `HamiBinding` (below) binds them and `VerificationPods` plays their
+container's nvidia-smi output.
 """
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
+from gpustack.errors import BadInput
 from gpustack.k8s.cluster import flow
 from gpustack.k8s.cluster.connect import connect
-from tests.builders import gpu_facts, inventory, run_result
-from tests.kube.stand_ins import kwok_node
+from gpustack.k8s.cluster.mig import connect_backend
+from gpustack.k8s.cluster.pods import RUN_LABEL
+from tests.builders import gpu_facts, inventory, run_result, uuids_for
+from tests.kube.stand_ins import JSON, Outcome, VerificationPods, kwok_node
 
 pytestmark = pytest.mark.kube
 
@@ -49,8 +55,8 @@ def cluster(kubeconfig):
     c.close()
 
 
-def session_for(kubeconfig, unique, host, allocation=None):
-    extravars = {"gpustack_k8s_namespace": f"gs-hami-{unique}", **FAST}
+def session_for(kubeconfig, unique, host, allocation=None, **settings):
+    extravars = {"gpustack_k8s_namespace": f"gs-hami-{unique}", **FAST, **settings}
     if allocation:
         extravars["gpustack_k8s_gpu_allocation"] = allocation
     return flow.prepare(str(kubeconfig), inventory(kubeconfig.parent, [host]), extravars)
@@ -110,6 +116,14 @@ def test_switching_to_hami_and_back_replaces_the_plugin_and_removes_hamis_object
     assert kube["image"].endswith(":" + session.version.split("+")[0].split("-")[0])
     # capacity read as GPUs x deviceSplitCount (the node's stand-in allocatable is 10)
     assert report.nodes[0].check("capacity").status == "passed", report.to_dict()
+    # install waited for HAMi's scheduler Deployment too (kwok runs its pod)
+    (scheduler,) = [r for r in report.daemonsets if r.kind == "Deployment"]
+    assert scheduler.name == "hami-scheduler" and scheduler.ready, scheduler
+    # gpustack mig refuses to partition GPUs HAMi hands out: configured, or only deployed
+    inv = inventory(kubeconfig.parent, [host])
+    for extravars in ({"gpustack_k8s_gpu_allocation": "hami"}, {}):
+        with pytest.raises(BadInput, match="gpustack mig: gpustack_k8s_gpu_allocation is"):
+            connect_backend(str(kubeconfig), inv, {"gpustack_k8s_namespace": ns, **extravars})
 
     back = flow.install(session_for(kubeconfig, unique, host), facts)
 
@@ -139,3 +153,81 @@ def test_check_mode_validates_hamis_objects_and_creates_nothing(cluster, kubecon
     assert any("hami-scheduler" in r and "Deployment" in r for r in refs), refs
     assert {a.action for a in report.applied if a.kind != "RuntimeClass"} == {"would create"}
     assert not HAMI_CLUSTER_ROLES & managed_names(cluster, f"{RBAC}/clusterroles")
+
+
+class HamiBinding:
+    """STAND-IN for HAMi's scheduler (which does not run here): binds each verification pod
+    that names `hami-scheduler` to the node its required node affinity names, through the
+    pods/binding subresource a scheduler uses. Nothing else HAMi's scheduler does (filtering by
+    free GPU memory, the device annotations its device plugin reads) is played. The kubelet
+    admits the pod's `nvidia.com/gpumem` without any node having it (kubelet
+    removeMissingExtendedResources, pkg/kubelet/lifecycle/predicate.go@v1.36.3), so kwok
+    running it is not kinder than a kubelet."""
+
+    def __init__(self, cluster):
+        self.cluster, self.bound = cluster, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self):
+        while not self._stop.wait(0.1):
+            pods = self.cluster.raw("GET", "/api/v1/pods", [("labelSelector", RUN_LABEL)])
+            for pod in pods["items"]:
+                spec, meta = pod["spec"], pod["metadata"]
+                if spec.get("schedulerName") != "hami-scheduler" or spec.get("nodeName"):
+                    continue
+                terms = spec["affinity"]["nodeAffinity"][
+                    "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]  # fmt: skip
+                node = terms[0]["matchFields"][0]["values"][0]
+                self.cluster.raw(
+                    "POST", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/binding",
+                    ctype=JSON, body={"apiVersion": "v1", "kind": "Binding",
+                                      "metadata": {"name": meta["name"]},
+                                      "target": {"apiVersion": "v1", "kind": "Node", "name": node}},
+                )  # fmt: skip
+                self.bound.append(meta["name"])
+
+
+def test_verify_under_hami_checks_the_memory_limit_nvidia_smi_reports(
+    cluster, kubeconfig, unique, tmp_path
+):
+    """The verification pod asks HAMi for gpustack_k8s_hami_verify_memory MiB; the real API
+    server admits it, and the pod check reads the limit back from what nvidia-smi printed: the
+    limit (HAMi-core's answer inside a limited container) passes, the whole GPU's memory fails.
+    The nvidia-smi output is the stand-in's (`VerificationPods`); no HAMi-core ran."""
+    host = f"gpu1-{unique}"
+    kwok_node(cluster, host, gpus=10)
+    facts = run_result({host: gpu_facts(host, 1)})
+    [uuid] = uuids_for(host, 1)
+    session = session_for(kubeconfig, unique, host, "hami", gpustack_k8s_hami_verify_memory=2048)
+    limited = Outcome(f"NVIDIA A100-SXM4-80GB, {uuid}, 2048 MiB\n")
+    with HamiBinding(cluster) as binding, VerificationPods(cluster, tmp_path, {host: limited}):
+        report = flow.install(session, facts)
+    pod = report.nodes[0].check("pod")
+    assert pod.status == "passed", report.to_dict()
+    assert pod.message.endswith(
+        "; GPU memory limit 2048 MiB in effect (nvidia-smi's total in the pod)"
+        "; 1 nvidia.com/gpu of 10 free"
+    ), pod.message
+    assert len(binding.bound) == 1
+
+    whole = Outcome(f"NVIDIA A100-SXM4-80GB, {uuid}, 81920 MiB\n")
+    (tmp_path / "whole").mkdir()
+    with HamiBinding(cluster), VerificationPods(cluster, tmp_path / "whole", {host: whole}):
+        report = flow.verify_cluster(session_for(kubeconfig, unique, host, "hami",
+                                                 gpustack_k8s_hami_verify_memory=2048), facts)  # fmt: skip
+    pod = report.nodes[0].check("pod")
+    assert pod.status == "failed"
+    assert pod.message.startswith(
+        "the pod asked HAMi for 2048 MiB (nvidia.com/gpumem) but nvidia-smi in it reports "
+        f"81920 MiB as {uuid}'s total memory: HAMi-core's memory limit is not in effect"
+    ), pod.message
+    flow.uninstall(session_for(kubeconfig, unique, host))

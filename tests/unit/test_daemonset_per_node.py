@@ -138,12 +138,17 @@ class FakeCluster:
         self.pod_lists: list[str] = []
         self.revision_lists = 0
         self.on_look = None
+        self.deployments: list[dict] = []
 
     def raw(self, method, path, query=None):
         if "/controllerrevisions" in path:
             self.revision_lists += 1
             return {"items": self.revisions}
         name = path.rsplit("/", 1)[1]
+        if "/deployments/" in path:
+            if self.on_look:
+                self.on_look(len(self.pod_lists))
+            return next(d for d in self.deployments if d["metadata"]["name"] == name)
         return next(d for d in self.daemonsets if d["metadata"]["name"] == name)
 
     def list_all(self, path, what, **query):
@@ -294,3 +299,58 @@ def test_pods_of_another_controller_are_not_the_daemonsets(owner):
     cluster = FakeCluster([daemonset()], [pod("gpu1", owner=owner)])
     [result] = wait(cluster, timeout=1)
     assert result.problems["gpu1"].endswith("on gpu1: no pod scheduled yet")
+
+
+def deployment(updated=1, available=1, replicas=None, observed=1, conditions=()):
+    return {"metadata": {"name": "hami-scheduler", "generation": 1},
+            "spec": {"replicas": 1},
+            "status": {"observedGeneration": observed, "updatedReplicas": updated,
+                       "replicas": updated if replicas is None else replicas,
+                       "availableReplicas": available, "conditions": list(conditions)}}  # fmt: skip
+
+
+def wait_with_scheduler(cluster, clock, timeout=10):
+    return apply.wait_daemonsets(cluster, "gs", ["nvidia-device-plugin"], {"gpu1": LABELS["gpu1"]},
+                                 timeout, clock, deployments=["hami-scheduler"])  # fmt: skip
+
+
+@pytest.mark.parametrize(("status", "why"), [
+    ({"available": 0}, "0 of 1 updated replica(s) available"),
+    ({"updated": 0, "available": 0}, "0 of 1 replica(s) updated"),
+    ({"replicas": 2}, "1 old replica(s) pending termination"),
+    ({"observed": 0}, "the controller has not observed its newest generation yet"),
+    ({"available": 0, "conditions": [{"type": "Progressing", "status": "False",
+                                      "reason": "ProgressDeadlineExceeded",
+                                      "message": 'ReplicaSet "x" has timed out progressing.'}]},
+     'its rollout exceeded its progress deadline: ReplicaSet "x" has timed out progressing.'),
+])  # fmt: skip
+def test_a_deployment_not_rolled_out_fails_every_node_as_kubectl_rollout_status_would(status, why):
+    """HAMi's scheduler places every GPU pod: every labelled node needs it rolled out."""
+    cluster = FakeCluster([daemonset()], [pod("gpu1")])
+    cluster.deployments = [deployment(**status)]
+    clock = Clock()
+    plugin, scheduler = wait_with_scheduler(cluster, clock)
+    assert plugin.ready and not scheduler.ready
+    assert scheduler.kind == "Deployment" and scheduler.message == f"not ready after 10 s: {why}"
+    assert flow._operands([plugin, scheduler], ["gpu1", "gpu2"]) == {
+        "gpu1": (False, f"Deployment hami-scheduler not ready after 10 s: {why}"),
+        "gpu2": (False, "no gpustack DaemonSet selects this node (labels missing?)"),
+    }
+
+
+def test_a_deployment_that_becomes_available_ends_the_wait_and_counts_as_progress():
+    cluster = FakeCluster([daemonset()], [pod("gpu1")])
+    cluster.deployments = [deployment(available=0)]
+
+    def controller(look):  # available after 15 looks: longer than the timeout, with progress
+        if look >= 15:
+            cluster.deployments = [deployment()]
+
+    cluster.on_look = controller
+    clock = Clock()
+    plugin, scheduler = wait_with_scheduler(cluster, clock, timeout=20)
+    assert scheduler.ready and scheduler.message == "1 replica(s) available"
+    assert 14 <= clock.t <= 16
+    assert flow._operands([plugin, scheduler], ["gpu1"]) == {
+        "gpu1": (True, "hami-scheduler, nvidia-device-plugin")
+    }

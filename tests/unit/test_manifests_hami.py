@@ -13,6 +13,7 @@ from gpustack.fleet.status import kubernetes_drift
 from gpustack.k8s import hami
 from gpustack.k8s.cluster import nodes, pause
 from gpustack.k8s.cluster.status import HAMI_PLUGIN_SELECTOR, node_views
+from gpustack.k8s.cluster.verify import csv_memory, hami_memory
 from gpustack.k8s.manifests import (
     ClusterConfig,
     config_from_inventory,
@@ -213,6 +214,45 @@ def test_the_verification_pod_goes_through_hamis_scheduler():
             "effect": "NoSchedule"} in spec["tolerations"]  # fmt: skip
     plain = render_verify_pod(ClusterConfig(), node_name="gpu-1", gpus=1, name="v")["spec"]
     assert plain["nodeName"] == "gpu-1" and "schedulerName" not in plain
+
+
+def test_the_verification_pod_asks_for_gpu_memory_and_reads_it_back():
+    config = ClusterConfig(**{**HAMI, "hami_verify_memory": 2048})
+    (container,) = render_verify_pod(config, node_name="gpu-1", gpus=1, name="v")["spec"][
+        "containers"
+    ]
+    want = {"nvidia.com/gpu": 1, "nvidia.com/gpumem": 2048}
+    assert container["resources"] == {"requests": want, "limits": want}
+    assert container["command"] == [
+        "nvidia-smi", "--query-gpu=name,uuid,memory.total", "--format=csv,noheader"]  # fmt: skip
+    (plain,) = render_verify_pod(ClusterConfig(), node_name="gpu-1", gpus=1, name="v")["spec"][
+        "containers"
+    ]
+    assert plain["command"] == ["nvidia-smi", "-L"]
+    assert plain["resources"]["limits"] == {"nvidia.com/gpu": 1}
+    with pytest.raises(BadInput, match="hami_verify_memory=0"):
+        ClusterConfig.from_vars({"gpustack_k8s_hami_verify_memory": "0"})
+
+
+# nvidia-smi's answer on a real H100 80GB HBM3 (81559 MiB, tests/fixtures/real-gpu/
+# 2026-11-27-h100-80gb-hbm3/COMMANDS.md) and as HAMi-core makes it answer inside a pod limited
+# to 2048 MiB (its NVML hook reports the limit as the total)
+H100 = "GPU-ebfab540-029d-5747-e4f8-7a648117c213"
+UNLIMITED = f"NVIDIA H100 80GB HBM3, {H100}, 81559 MiB\n"
+LIMITED = f"NVIDIA H100 80GB HBM3, {H100}, 2048 MiB\n"
+
+
+def test_verify_reads_the_memory_limit_the_pod_sees():
+    assert csv_memory(LIMITED) == {H100: 2048}
+    assert csv_memory(f"NVIDIA H100 80GB HBM3, {H100}, [N/A]") == {H100: None}
+    ok, message = hami_memory(2048, csv_memory(LIMITED))
+    assert ok and message == "GPU memory limit 2048 MiB in effect (nvidia-smi's total in the pod)"
+    ok, message = hami_memory(2048, csv_memory(UNLIMITED))
+    assert not ok
+    assert message.startswith(
+        "the pod asked HAMi for 2048 MiB (nvidia.com/gpumem) but nvidia-smi in it reports "
+        f"81559 MiB as {H100}'s total memory: HAMi-core's memory limit is not in effect"
+    )
 
 
 def test_manifest_files_for_hami_objects():

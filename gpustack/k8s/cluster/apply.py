@@ -334,6 +334,15 @@ class RolloutResult:
     message: str
     nodes: list[str] = field(default_factory=list)  # labelled nodes it must run on
     problems: dict[str, str] = field(default_factory=dict)  # node of `nodes` -> why not ready
+    kind: str = "DaemonSet"  # or Deployment: not per node (`nodes` empty), every node needs it
+
+    @property
+    def ready_count(self) -> int:
+        """How many of what it waits for are ready: (DaemonSet, node) pairs, or 1 for a ready
+        Deployment (the wait's progress)."""
+        if self.kind == "Deployment":
+            return int(self.ready)
+        return len(self.nodes) - len(self.problems)
 
 
 def _selects(ds: dict[str, Any], labels: dict[str, str]) -> bool:
@@ -356,6 +365,37 @@ def get_daemonset(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]
     """The DaemonSet as the API server has it; None when it does not exist."""
     path = f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}"
     return read_or_none(cluster, path, f"DaemonSet {namespace}/{name}")
+
+
+def _deployment_rollout(cluster: Cluster, namespace: str, name: str) -> RolloutResult:
+    """One look at a Deployment as `kubectl rollout status` judges it: the controller has seen
+    its generation, every replica is of the current template and available, and no old one is
+    left (DeploymentStatusViewer, k8s.io/kubectl@v0.36.3/pkg/polymorphichelpers/rollout_status.go)
+    """
+    path = f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}"
+    dep = read_or_none(cluster, path, f"Deployment {namespace}/{name}")
+    if dep is None:
+        message = "not found: run `gpustack install INVENTORY --kubeconfig K` first"
+        return RolloutResult(name, False, message, kind="Deployment")
+    status = dep.get("status") or {}
+    want = (dep.get("spec") or {}).get("replicas", 1)
+    updated, total = status.get("updatedReplicas", 0), status.get("replicas", 0)
+    available = status.get("availableReplicas", 0)
+    stuck = [c for c in status.get("conditions") or []
+             if c.get("reason") == "ProgressDeadlineExceeded"]  # Progressing False  # fmt: skip
+    if status.get("observedGeneration", 0) < (dep.get("metadata") or {}).get("generation", 0):
+        text = "the controller has not observed its newest generation yet"
+    elif stuck:
+        text = f"its rollout exceeded its progress deadline: {stuck[0].get('message', '')}"
+    elif updated < want:
+        text = f"{updated} of {want} replica(s) updated"
+    elif total > updated:
+        text = f"{total - updated} old replica(s) pending termination"
+    elif available < updated:
+        text = f"{available} of {updated} updated replica(s) available"
+    else:
+        return RolloutResult(name, True, f"{available} replica(s) available", kind="Deployment")
+    return RolloutResult(name, False, text, kind="Deployment")
 
 
 def daemonset_pods(cluster: Cluster, ds: dict[str, Any]) -> list[dict[str, Any]]:
@@ -442,8 +482,10 @@ def wait_daemonsets(
     node_labels: dict[str, dict[str, str]],
     timeout: float,
     clock: Clock | None = None,
+    deployments: list[str] | tuple[str, ...] = (),
 ) -> list[RolloutResult]:
-    """Poll until every DaemonSet is ready on each labelled node it selects, or until
+    """Poll until every DaemonSet is ready on each labelled node it selects and every one of
+    `deployments` is rolled out (HAMi's scheduler, which each GPU pod goes through), or until
     `timeout` seconds pass without progress: a rollout across many nodes may take longer
     than `timeout` in all, as long as one more (DaemonSet, node) gets ready within each
     `timeout` seconds (a fixed total failed large fleets that were still progressing).
@@ -469,8 +511,11 @@ def wait_daemonsets(
                 continue
             nodes = [n for n, labels in node_labels.items() if _selects(ds, labels)]
             results.append(_rollout(cluster, ds, nodes, steady, clock.now(), time.time()))
+        for name in deployments:
+            results.append(_deployment_rollout(cluster, namespace, name))
+            missing = missing or results[-1].message.startswith("not found")
         now = clock.now()
-        ready = sum(len(r.nodes) - len(r.problems) for r in results)
+        ready = sum(r.ready_count for r in results)
         if ready > most_ready:
             most_ready, progressed = ready, now
         if all(r.ready for r in results) or missing or now - progressed >= timeout:

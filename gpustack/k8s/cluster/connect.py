@@ -251,14 +251,18 @@ def _reason(exc: BaseException) -> str:
     return " ".join(text.split())[:200]
 
 
-def status_message(exc: ApiException) -> str:
-    """The `message` of a Kubernetes Status body, else the HTTP reason."""
+def status_body(exc: ApiException) -> dict[str, Any]:
+    """The Kubernetes Status object an API error carries ({} when its body is not one)."""
     try:
         body = json.loads(exc.body or "{}")
     except (TypeError, ValueError):
-        body = {}
-    message = body.get("message") if isinstance(body, dict) else None
-    return f"{exc.status} {message or exc.reason}"
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def status_message(exc: ApiException) -> str:
+    """The `message` of a Kubernetes Status body, else the HTTP reason."""
+    return f"{exc.status} {status_body(exc).get('message') or exc.reason}"
 
 
 def api_hint(exc: ApiException) -> str:

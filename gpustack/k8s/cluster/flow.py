@@ -151,15 +151,16 @@ def _operands(results: list[apply.RolloutResult], labelled: list[str]) -> dict[s
     """node -> (ready, message) over the DaemonSets that must run there, each judged by its pod
     on that node: a DaemonSet not ready on another node does not fail this one."""
     state = {}
-    missing = [r for r in results if r.message.startswith("not found")]
+    # a missing DaemonSet and a Deployment (HAMi's scheduler) concern every node
+    everywhere = [r for r in results if r.message.startswith("not found") or r.kind != "DaemonSet"]
     for node in labelled:
-        mine = [r for r in results if node in r.nodes] + missing
-        bad = [(r.name, r.problems.get(node, r.message)) for r in mine
+        mine = [r for r in results if node in r.nodes] + everywhere
+        bad = [(r.kind, r.name, r.problems.get(node, r.message)) for r in mine
                if not r.ready and (not r.nodes or node in r.problems)]  # fmt: skip
-        if not mine:
+        if not [r for r in mine if r.kind == "DaemonSet"]:
             state[node] = (False, "no gpustack DaemonSet selects this node (labels missing?)")
         elif bad:
-            state[node] = (False, "; ".join(f"DaemonSet {name} {why}" for name, why in bad))
+            state[node] = (False, "; ".join(f"{kind} {name} {why}" for kind, name, why in bad))
         else:
             state[node] = (True, ", ".join(sorted(r.name for r in mine)))
     return state
@@ -222,10 +223,14 @@ def install(
 
 def _rollout_and_verify(session, report, objects, targets, labelled, clock) -> None:
     config = session.config
-    daemonsets = [o["metadata"]["name"] for o in objects if o["kind"] == "DaemonSet"]
+
+    def named(kind: str) -> list[str]:
+        return [o["metadata"]["name"] for o in objects if o["kind"] == kind]
+
     report.daemonsets = apply.wait_daemonsets(
-        session.cluster, config.namespace, daemonsets, labelled, config.daemonset_timeout, clock
-    )
+        session.cluster, config.namespace, named("DaemonSet"), labelled,
+        config.daemonset_timeout, clock, deployments=named("Deployment"),
+    )  # fmt: skip
     operands = _operands(report.daemonsets, list(labelled))
     report.nodes = verify(
         session.cluster, config, targets, operands=operands, nfd_api=report.nfd_api, clock=clock

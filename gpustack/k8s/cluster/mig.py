@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from gpustack.errors import BadInput
 from gpustack.fleet.mig import CONFIG_LABEL, STATE_LABEL, resource_drift
 from gpustack.k8s.cluster import dra
 from gpustack.k8s.cluster.apply import get_daemonset
@@ -129,13 +130,24 @@ def deployed_strategy(cluster, namespace: str) -> str | None:
 def connect_backend(kubeconfig: str, inventory, extravars) -> tuple[MigKubernetesBackend, str]:
     """The cluster, every inventory host's Node (BadInput when one is missing), and the MIG
     strategy the device plugin runs with (as deployed; else as configured). Under DRA the
-    layout is counted as the mixed strategy names it: one kind of device per MIG profile."""
+    layout is counted as the mixed strategy names it: one kind of device per MIG profile.
+    Under HAMi (configured, or its plugin deployed) it is refused: HAMi hands out whole GPUs."""
+    from gpustack.k8s import hami
     from gpustack.k8s.manifests import config_from_inventory
 
     nodes = KubernetesBackend.from_kubeconfig(
         kubeconfig, inventory, {**extravars, "gpustack_upgrade_verify_pod": "false"}
     )
     configured = config_from_inventory(inventory, extravars)
+    deployed = get_daemonset(nodes.cluster, configured.namespace, hami.DEVICE_PLUGIN) is not None
+    if configured.hami or deployed:
+        why = "is set to hami" if configured.hami else "is hami on the cluster (HAMi's plugin runs)"
+        raise BadInput(
+            f"gpustack mig: gpustack_k8s_gpu_allocation {why}: HAMi splits whole GPUs and "
+            "runs without MIG, so no node's GPUs may be partitioned under it",
+            "switch the cluster to gpustack_k8s_gpu_allocation=device-plugin or dra with "
+            "`gpustack install INVENTORY --kubeconfig K -e ...` first (docs/sharing.md)",
+        )
     if nodes.dra:  # each MIG device is published with its profile, whatever the strategy says
         return MigKubernetesBackend(nodes), "mixed"
     strategy = deployed_strategy(nodes.cluster, configured.namespace) or configured.mig_strategy

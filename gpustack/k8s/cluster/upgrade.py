@@ -31,6 +31,7 @@ from gpustack.k8s.cluster.connect import (
     check_reachable,
     connect,
     retry_after,
+    status_body,
     status_message,
 )
 from gpustack.k8s.cluster.gpu_resources import GPU_PREFIXES
@@ -533,24 +534,16 @@ def refusal_message(refused: dict[str, list[str]], what: str) -> str:
     return "; ".join(parts)
 
 
-def _status_body(exc: ApiException) -> dict[str, Any]:
-    try:
-        body = json.loads(exc.body or "{}")
-    except (TypeError, ValueError):
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
 def _budget_refusal(exc: ApiException) -> bool:
     """The eviction API's refusal for a PodDisruptionBudget: a cause of type DisruptionBudget
     (k8s.io/kubernetes@v1.36.3 pkg/registry/core/pod/storage/eviction.go; a StatusCause's
     type is `reason` in JSON)."""
-    causes = (_status_body(exc).get("details") or {}).get("causes") or []
+    causes = (status_body(exc).get("details") or {}).get("causes") or []
     return any(c.get("reason") == "DisruptionBudget" for c in causes)
 
 
 def _budget_message(exc: ApiException) -> str:
-    body = _status_body(exc)
+    body = status_body(exc)
     causes = (body.get("details") or {}).get("causes") or []
     detail = "; ".join(c.get("message", "") for c in causes if c.get("message"))
     base = body.get("message") or "eviction refused (429)"

@@ -9,7 +9,9 @@ Checks per node, in order (a failed check skips the later ones for that node):
   pod       a pod pinned to the node asks for ONE free unit (a MIG resource first, as the GPU
             Operator's validator does) and runs `nvidia-smi -L`; it must see exactly one GPU,
             one of the host's. When every unit is held by other pods, no pod is started
-            (skipped): verification never disturbs running workloads
+            (skipped): verification never disturbs running workloads. Under HAMi the pod also
+            asks for gpustack_k8s_hami_verify_memory MiB, and nvidia-smi in it must report
+            that as the GPU's total memory (HAMi-core's limit)
   share     gpustack_k8s_gpu_allocation=volcano only: a Volcano Job of two pods pinned to the
             node, each asking one volcano.sh/vgpu-number and SHARE_MEMORY_MIB of GPU memory,
             runs `nvidia-smi -L`; each must see exactly one of the host's GPUs (the same one
@@ -83,6 +85,35 @@ def csv_uuids(text: str) -> list[str]:
         if len(parts) >= 2 and parts[1].startswith("GPU-"):
             found.append(parts[1])
     return found
+
+
+_MIB = re.compile(r"^(\d+) MiB$")
+
+
+def csv_memory(text: str) -> dict[str, int | None]:
+    """Pure: UUID -> total memory in MiB (None when not a number, e.g. [N/A]) from
+    `nvidia-smi --query-gpu=name,uuid,memory.total --format=csv,noheader`."""
+    found = {}
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 3 and parts[1].startswith("GPU-"):
+            match = _MIB.match(parts[2])
+            found[parts[1]] = int(match.group(1)) if match else None
+    return found
+
+
+def hami_memory(asked: int, memory: dict[str, int | None]) -> tuple[bool, str]:
+    """Pure: under HAMi the one GPU the pod sees must report the MiB it asked for as its total
+    memory (HAMi-core's limit); the message names the limit either way."""
+    [(uuid, total)] = memory.items()
+    if total == asked:
+        return True, f"GPU memory limit {asked} MiB in effect (nvidia-smi's total in the pod)"
+    shown = "no number" if total is None else f"{total} MiB"
+    return False, (
+        f"the pod asked HAMi for {asked} MiB (nvidia.com/gpumem) but nvidia-smi in it reports "
+        f"{shown} as {uuid}'s total memory: HAMi-core's memory limit is not in effect (is "
+        "HAMi's interposer, /usr/local/vgpu/libvgpu.so, loaded in the container?)"
+    )
 
 
 _SMI_GPU = re.compile(r"^GPU \d+: .*\(UUID: (GPU-[0-9a-fA-F-]+)\)\s*$")
@@ -287,11 +318,16 @@ def _verify_pods(cluster, config, reports, candidates, ready, clock) -> dict[str
         if outcome.phase != "Succeeded":
             report.add("pod", FAILED, outcome.message, outcome.seconds)
             continue
-        ok, message = compare_uuids(candidates[host][1].uuids, smi_uuids(outcome.log))
+        memory = csv_memory(outcome.log) if config.hami else {}
+        seen = list(memory) if config.hami else smi_uuids(outcome.log)
+        ok, message = compare_uuids(candidates[host][1].uuids, seen)
         mig = smi_mig_uuids(outcome.log)
         detail = f"; 1 {unit.resource} of {unit.free} free" + (
             f" (MIG device {mig[0]})" if mig else ""
         )
+        if ok and config.hami:
+            ok, limit = hami_memory(config.hami_verify_memory, memory)
+            message = f"{message}; {limit}" if ok else limit
         report.add(
             "pod", PASSED if ok else FAILED, message + (detail if ok else ""), outcome.seconds
         )
