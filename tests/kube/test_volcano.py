@@ -30,6 +30,7 @@ import yaml
 from gpustack.errors import BadInput
 from gpustack.k8s.cluster import apply, flow
 from gpustack.k8s.cluster.connect import connect
+from gpustack.k8s.cluster.mig import connect_backend
 from gpustack.k8s.manifests import render_verify_volcano_job
 from gpustack.lab import components
 from tests.builders import gpu_facts, inventory, run_result, smi_output, uuids_for
@@ -125,6 +126,10 @@ def test_volcano_mode_applies_the_plugin_and_switching_back_removes_it(cluster, 
     conf = cluster.raw("GET", f"/api/v1/namespaces/vc-{unique}/configmaps/"
                        "volcano-scheduler-configmap")["data"]["volcano-scheduler.conf"]  # fmt: skip
     assert conf == ENABLED
+    # gpustack mig refuses to partition GPUs Volcano's plugin shares (deployed, not configured)
+    with pytest.raises(BadInput, match="is volcano on the cluster"):
+        connect_backend(str(kubeconfig), inventory(kubeconfig.parent, [host]),
+                        {"gpustack_k8s_namespace": ns})  # fmt: skip
 
     back = flow.install(session_for(kubeconfig, unique, host), facts)
 

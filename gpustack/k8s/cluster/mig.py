@@ -131,19 +131,26 @@ def connect_backend(kubeconfig: str, inventory, extravars) -> tuple[MigKubernete
     """The cluster, every inventory host's Node (BadInput when one is missing), and the MIG
     strategy the device plugin runs with (as deployed; else as configured). Under DRA the
     layout is counted as the mixed strategy names it: one kind of device per MIG profile.
-    Under HAMi (configured, or its plugin deployed) it is refused: HAMi hands out whole GPUs."""
-    from gpustack.k8s import hami
+    Under HAMi or Volcano's vGPU plugin (configured, or its plugin deployed) it is refused:
+    they hand out shares of whole GPUs, without MIG."""
+    from gpustack.k8s import hami, volcano
     from gpustack.k8s.manifests import config_from_inventory
 
     nodes = KubernetesBackend.from_kubeconfig(
         kubeconfig, inventory, {**extravars, "gpustack_upgrade_verify_pod": "false"}
     )
     configured = config_from_inventory(inventory, extravars)
-    deployed = get_daemonset(nodes.cluster, configured.namespace, hami.DEVICE_PLUGIN) is not None
-    if configured.hami or deployed:
-        why = "is set to hami" if configured.hami else "is hami on the cluster (HAMi's plugin runs)"
+    plugins = {"hami": (hami.DEVICE_PLUGIN, "HAMi's plugin"),
+               "volcano": (volcano.DEVICE_PLUGIN, "Volcano's vGPU device plugin")}  # fmt: skip
+    for mode, (daemonset, who) in plugins.items():
+        if configured.gpu_allocation == mode:
+            why = f"is set to {mode}"
+        elif get_daemonset(nodes.cluster, configured.namespace, daemonset) is not None:
+            why = f"is {mode} on the cluster ({who} runs)"
+        else:
+            continue
         raise BadInput(
-            f"gpustack mig: gpustack_k8s_gpu_allocation {why}: HAMi splits whole GPUs and "
+            f"gpustack mig: gpustack_k8s_gpu_allocation {why}: {who} splits whole GPUs and "
             "runs without MIG, so no node's GPUs may be partitioned under it",
             "switch the cluster to gpustack_k8s_gpu_allocation=device-plugin or dra with "
             "`gpustack install INVENTORY --kubeconfig K -e ...` first (docs/sharing.md)",
