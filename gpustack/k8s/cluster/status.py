@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from gpustack.k8s.cluster import dra, flow, gfd, nodes, pause
+from gpustack.k8s.volcano import VGPU_NUMBER
 
 UPGRADE_STATE_LABEL = "nvidia.com/gpu-driver-upgrade-state"
 DEVICE_PLUGIN_SELECTOR = (
@@ -32,7 +33,6 @@ VOLCANO_PLUGIN_SELECTOR = (
     "app.kubernetes.io/name=volcano-device-plugin,app.kubernetes.io/instance=gpustack"
 )
 GPU_RESOURCE = "nvidia.com/gpu"
-VGPU_RESOURCE = "volcano.sh/vgpu-number"
 PAGE = 500
 
 
@@ -68,7 +68,7 @@ def node_views(
     "volcano": they are Volcano's vGPU device plugin's, and allocatable counts
     `volcano.sh/vgpu-number` (GPU shares: GPUs × deviceSplitCount).
     """
-    resource = VGPU_RESOURCE if allocator == "volcano" else GPU_RESOURCE
+    resource = VGPU_NUMBER if allocator == "volcano" else GPU_RESOURCE
     pods_by_node: dict[str, list[dict[str, Any]]] = {}
     for pod in plugin_pods:
         node_name = (pod.get("spec") or {}).get("nodeName")

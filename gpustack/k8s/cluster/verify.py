@@ -45,9 +45,9 @@ from gpustack.k8s.cluster.pods import (
     run_volcano_jobs,
 )
 from gpustack.k8s.manifests import ClusterConfig, render_verify_pod, render_verify_volcano_job
+from gpustack.k8s.volcano import VGPU_NUMBER
 
 SHARE_MEMORY_MIB = 1024  # GPU memory each pod of the Volcano share check asks for
-VGPU_NUMBER = "volcano.sh/vgpu-number"
 
 
 @dataclass
