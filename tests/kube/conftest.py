@@ -194,6 +194,14 @@ def kubeconfig(kube, tmp_path) -> Path:
 
 
 @pytest.fixture
+def cluster(kubeconfig):
+    """An admin client of the shared control plane, closed after the test."""
+    c = connect(str(kubeconfig))
+    yield c
+    c.close()
+
+
+@pytest.fixture
 def unique() -> str:
     """A short name unique to the test: node names and namespaces never clash on the shared
     control plane."""

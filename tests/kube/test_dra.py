@@ -224,13 +224,6 @@ def smi_listing(cluster, claim: dict) -> str:
 
 
 @pytest.fixture
-def cluster(kubeconfig):
-    c = connect(str(kubeconfig))
-    yield c
-    c.close()
-
-
-@pytest.fixture
 def plugin(kubeconfig, unique):
     """A client with the identity the DRA kubelet plugin runs as in namespace gs-dra-UNIQUE:
     its ServiceAccount, as RBAC sees a ServiceAccount token (the admin impersonates it)."""

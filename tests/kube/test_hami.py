@@ -23,7 +23,6 @@ import pytest
 
 from gpustack.errors import BadInput
 from gpustack.k8s.cluster import flow
-from gpustack.k8s.cluster.connect import connect
 from gpustack.k8s.cluster.mig import connect_backend
 from gpustack.k8s.cluster.pods import RUN_LABEL
 from tests.builders import gpu_facts, inventory, run_result, uuids_for
@@ -46,13 +45,6 @@ HAMI_BINDINGS = {
     "gpustack-hami-device-plugin", "gpustack-hami-scheduler", "gpustack-hami-scheduler-kube",
     "gpustack-hami-scheduler-volume",
 }  # fmt: skip
-
-
-@pytest.fixture
-def cluster(kubeconfig):
-    c = connect(str(kubeconfig))
-    yield c
-    c.close()
 
 
 def session_for(kubeconfig, unique, host, allocation=None, **settings):

@@ -58,13 +58,6 @@ tiers:
 
 
 @pytest.fixture
-def cluster(kubeconfig):
-    c = connect(str(kubeconfig))
-    yield c
-    c.close()
-
-
-@pytest.fixture
 def volcano_crds(cluster):
     """Volcano's CRDs in the API server (once per control plane), established."""
     for path in sorted(components.volcano_crds().glob("*.yaml")):
