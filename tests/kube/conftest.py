@@ -209,18 +209,31 @@ def unique() -> str:
 
 
 @pytest.fixture(autouse=True)
-def _nodes_go_with_their_test(request):
-    """Nodes a test adds are deleted when it ends: the control plane is shared by the tests of a
-    worker, and a node left labelled for gpustack's operands would get the next test's
-    DaemonSet pods. (Nodes of a module-scoped fixture exist before its tests start: kept.)"""
+def _nodes_and_namespaces_go_with_their_test(request):
+    """Nodes and namespaces a test adds are deleted when it ends: the control plane is shared by
+    the tests of a worker. A node left labelled for gpustack's operands would get the next
+    test's DaemonSet pods; a namespace left holding gpustack's DaemonSets would put their pods
+    (GFD, dcgm-exporter, ...) on the next test's labelled nodes, where a MIG change's pause then
+    waits for them. A namespace's DaemonSets are deleted first, at once: the namespace
+    controller removes the rest in its own time, and no DaemonSet outlives the test to select a
+    later node. (Nodes and namespaces of a module-scoped fixture exist before its tests start:
+    kept.)"""
     if "kube" not in request.fixturenames:
         yield
         return
     kube = request.getfixturevalue("kube")
-    before = {n["metadata"]["name"] for n in kube.kubectl_get("/api/v1/nodes")["items"]}
+    nodes = _names(kube, "/api/v1/nodes")
+    namespaces = _names(kube, "/api/v1/namespaces")
     yield
     cluster = kube.stand_in()
-    for node in kube.kubectl_get("/api/v1/nodes")["items"]:
-        if node["metadata"]["name"] not in before:
-            with contextlib.suppress(ApiException):
-                cluster.raw("DELETE", f"/api/v1/nodes/{node['metadata']['name']}")
+    for ns in sorted(_names(kube, "/api/v1/namespaces") - namespaces):
+        for path in (f"/apis/apps/v1/namespaces/{ns}/daemonsets", f"/api/v1/namespaces/{ns}"):
+            with contextlib.suppress(ApiException):  # already gone, or already terminating
+                cluster.raw("DELETE", path)
+    for node in sorted(_names(kube, "/api/v1/nodes") - nodes):
+        with contextlib.suppress(ApiException):
+            cluster.raw("DELETE", f"/api/v1/nodes/{node}")
+
+
+def _names(kube: Kube, path: str) -> set[str]:
+    return {item["metadata"]["name"] for item in kube.kubectl_get(path)["items"]}

@@ -352,7 +352,8 @@ def test_a_budget_that_allows_no_disruption_fails_the_change_before_the_host_is_
 ):
     """The eviction goes through the real Eviction API; the real disruption controller's budget
     refuses it (429) until gpustack's pod deletion timeout (5 s: it bounds the clients' pause
-    too, and the shared control plane may hold other tests' DaemonSets that select the node)."""
+    too, so no other test's DaemonSet may select the node: tests/kube/conftest.py deletes the
+    namespaces a test leaves)."""
     pod = trainer(mig_node, unique, budget=True)
     mig_node.label({CONFIG_LABEL: "all-1g.10gb"})
 
