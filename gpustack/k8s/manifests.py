@@ -348,10 +348,11 @@ def _dcgm_exporter(config: ClusterConfig, servicemonitor: bool) -> list[dict[str
 _POD_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
-# Under HAMi the verification pod reads the GPU's memory as the container sees it: HAMi-core
-# answers NVML's memory query with the pod's limit as the total (Project-HAMi/HAMi-core
+# Under HAMi, and in the pods of Volcano's share check (its vGPU plugin loads the same HAMi-core),
+# a verification pod reads the GPU's memory as the container sees it: HAMi-core answers NVML's
+# memory query with the pod's limit as the total (Project-HAMi/HAMi-core
 # src/nvml/hook.c@8f3a89c67b037d8fdfe6c4cd4d8c4f0cd6504811, _nvmlDeviceGetMemoryInfo).
-HAMI_VERIFY_COMMAND = ("nvidia-smi", "--query-gpu=name,uuid,memory.total", "--format=csv,noheader")
+MEMORY_QUERY_COMMAND = ("nvidia-smi", "--query-gpu=name,uuid,memory.total", "--format=csv,noheader")
 
 
 def render_verify_pod(
@@ -373,7 +374,7 @@ def render_verify_pod(
     """
     limits = {resource or config.resource_name: gpus}
     if kind == "nvidia-smi" and config.hami:  # the GPU with its memory, as HAMi-core limits it
-        image, command = config.image("verify"), list(HAMI_VERIFY_COMMAND)
+        image, command = config.image("verify"), list(MEMORY_QUERY_COMMAND)
         limits[hami.MEMORY_RESOURCE] = config.hami_verify_memory
     elif kind == "nvidia-smi":
         image, command = config.image("verify"), ["nvidia-smi", "-L"]
@@ -403,17 +404,16 @@ def render_verify_pod(
 
 
 def render_verify_volcano_job(
-    config: ClusterConfig, *, node_name: str, name: str, memory_mib: int = 1024
+    config: ClusterConfig, *, node_name: str, name: str
 ) -> dict[str, Any]:
     """gpustack_k8s_gpu_allocation=volcano: a Volcano Job whose two pods share one GPU of
-    `node_name` by memory (each volcano.sh/vgpu-number 1, volcano.sh/vgpu-memory `memory_mib`)
-    and run nvidia-smi -L, through Volcano's scheduler."""
+    `node_name` by memory (each volcano.sh/vgpu-number 1, volcano.sh/vgpu-memory
+    gpustack_k8s_volcano_verify_memory) and list each GPU's name, UUID and total memory as
+    the container sees it, through Volcano's scheduler."""
     if not config.volcano:
         raise ValueError("a Volcano verification Job needs gpustack_k8s_gpu_allocation=volcano")
     if len(name) > 63 or not _POD_NAME.match(name) or "." in name:
         raise ValueError(f"{name!r} is not a valid Volcano Job name")
-    if memory_mib < 1:
-        raise ValueError("each pod asks for at least 1 MiB of GPU memory")
     return _render_template(
         "verify/volcano-job.yaml.j2",
         config=config,
@@ -422,7 +422,8 @@ def render_verify_volcano_job(
         labels={**COMMON_LABELS, VERIFY_LABEL: "true", "gpustack.io/verify-kind": "volcano-share"},
         tolerations=GPU_TOLERATIONS + UNSCHEDULABLE_TOLERATIONS,
         image=config.image("verify"),
-        memory=memory_mib,
+        command=list(MEMORY_QUERY_COMMAND),
+        memory=config.volcano_verify_memory,
     )
 
 

@@ -170,6 +170,9 @@ class ClusterConfig(BaseModel):
     volcano_device_plugin_image: str = "docker.io/projecthami/volcano-vgpu-device-plugin"
     volcano_device_plugin_tag: str = "v1.12.0"
     volcano_device_split_count: int = Field(default=10, ge=1, le=1024)
+    # MiB of GPU memory each pod of verify's `share` Job asks for (volcano.sh/vgpu-memory):
+    # nvidia-smi in the pod must report it as the GPU's total memory, the limit HAMi-core enforces.
+    volcano_verify_memory: int = Field(default=1024, ge=1, le=1048576)
     volcano_namespace: str = "volcano-system"
     volcano_scheduler_configmap: str = "volcano-scheduler-configmap"
     volcano_scheduler_name: str = "volcano"
@@ -570,6 +573,7 @@ _HINTS = {
     "hami_node_scheduler_policy": "choose binpack or spread",
     "hami_gpu_scheduler_policy": "choose binpack or spread",
     "hami_verify_memory": "MiB the verification pod asks for, e.g. 1024",
+    "volcano_verify_memory": "MiB each pod of the share check's Volcano Job asks for, e.g. 1024",
     "time_slicing_replicas": "1 turns time-slicing off; 2 or more shares each GPU",
     "mps_replicas": "1 turns MPS off; 2 to 48 shares each GPU through MPS",
     "vector_add_image": (

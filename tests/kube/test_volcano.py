@@ -11,12 +11,15 @@ volcano.sh/apis v1.13.0 (gpustack/lab/components.py `volcano_crds`, cached with 
 STAND-INS: `VolcanoStandIn` plays Volcano's scheduler (it binds pods asking
 `schedulerName: volcano` to the node their affinity names) and Volcano's job controller (it
 creates one pod per task of a Volcano Job, as the controller would, without PodGroups or
-gang scheduling); `VerificationPods` plays the containers (their `nvidia-smi -L` output is the
-test's). The node is kwok's (tests/kube/conftest.py), so the plugin's pod goes Running without
-running anything, and its `volcano.sh/vgpu-number` capacity is what the test writes. Volcano
+gang scheduling); `VerificationPods` (`ShareVerificationPods`) plays the containers: their
+`nvidia-smi` output is the test's (`nvidia-smi -L` for the pod check; for the share Job's pods,
+each GPU's name, UUID and total memory as HAMi-core would report them in a limited container).
+The node is kwok's (tests/kube/conftest.py), so the plugin's pod goes Running without running
+anything, and its `volcano.sh/vgpu-number` capacity is what the test writes. Volcano
 (scheduler, controllers, admission webhooks) does not run here and Volcano's and HAMi's images
 are not run: nothing registers vGPUs, schedules the Job or runs the CUDA interposer, so only
-the objects and the refusals are asserted on (docs/sharing.md says what that leaves unproven).
+the objects, the refusals and what verify makes of the stand-in's output are asserted on
+(docs/sharing.md says what that leaves unproven).
 The ConfigMap standing for Volcano's scheduler configuration is written by the test.
 """
 
@@ -83,9 +86,9 @@ def scheduler_configmap(cluster, namespace: str, conf: str | None) -> None:
                 body={"metadata": {"name": "volcano-scheduler-configmap"}, "data": data})  # fmt: skip
 
 
-def session_for(kubeconfig, unique, host, allocation=None, *, workloads=False):
+def session_for(kubeconfig, unique, host, allocation=None, *, workloads=False, **settings):
     extravars = {"gpustack_k8s_namespace": f"gs-vc-{unique}",
-                 "gpustack_k8s_volcano_namespace": f"vc-{unique}", **FAST}  # fmt: skip
+                 "gpustack_k8s_volcano_namespace": f"vc-{unique}", **FAST, **settings}  # fmt: skip
     if allocation:
         extravars["gpustack_k8s_gpu_allocation"] = allocation
     return flow.prepare(
@@ -203,11 +206,11 @@ def test_the_verification_job_is_accepted_by_volcanos_crd(
 ):
     host = f"gpu1-{unique}"
     kwok_node(cluster, host, resources={"volcano.sh/vgpu-number": "10"})
-    session = session_for(kubeconfig, unique, host, "volcano")
+    session = session_for(kubeconfig, unique, host, "volcano",
+                          gpustack_k8s_volcano_verify_memory=2048)  # fmt: skip
     ns = session.config.namespace
     cluster.raw("POST", "/api/v1/namespaces", ctype=JSON, body={"metadata": {"name": ns}})
-    job = render_verify_volcano_job(session.config, node_name=host, name="verify-share",
-                                    memory_mib=2048)  # fmt: skip
+    job = render_verify_volcano_job(session.config, node_name=host, name="verify-share")
     fresh = connect(str(kubeconfig))  # discovery that knows the CRDs
     try:
         (applied,) = apply.apply_objects(fresh, [job])
@@ -226,6 +229,8 @@ def test_the_verification_job_is_accepted_by_volcanos_crd(
         assert {k: str(v) for k, v in limits.items()} == {
             "volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-memory": "2048"
         }  # fmt: skip
+        assert pod["containers"][0]["command"] == [
+            "nvidia-smi", "--query-gpu=name,uuid,memory.total", "--format=csv,noheader"]  # fmt: skip
         assert pod["affinity"]["nodeAffinity"]
     assert got["spec"]["policies"] == [{"event": "PodFailed", "action": "AbortJob"}]
     cluster.raw("DELETE", f"/api/v1/namespaces/{ns}")
@@ -301,26 +306,58 @@ class VolcanoStandIn:
         self.bound.append(name)
 
 
+class ShareVerificationPods(VerificationPods):
+    """`VerificationPods` whose share-Job pods (`gpustack.io/verify-kind: volcano-share`) print
+    `share[node]`, nvidia-smi's name, UUID and total memory of each GPU; the pod check's pod
+    prints `outcomes[node]` as before."""
+
+    def __init__(self, cluster, directory, outcomes: dict, share: dict):
+        super().__init__(cluster, directory, outcomes)
+        self.share = share
+
+    def _end(self, pod: dict, outcome: Outcome) -> None:
+        if pod["metadata"]["labels"].get("gpustack.io/verify-kind") == "volcano-share":
+            outcome = self.share[pod["spec"]["nodeName"]]
+        super()._end(pod, outcome)
+
+
 def test_verify_runs_the_share_job_through_volcano(
     cluster, kubeconfig, unique, volcano_crds, tmp_path
 ):
+    """Each pod of the share Job asks for gpustack_k8s_volcano_verify_memory MiB and the check
+    reads the limit back from what nvidia-smi printed in it: the limit (HAMi-core's answer in a
+    limited container) passes, the whole GPU's memory fails. The output is the stand-in's; no
+    HAMi-core ran."""
     host = f"gpu1-{unique}"
     kwok_node(cluster, host, resources={"volcano.sh/vgpu-number": "10"})
     scheduler_configmap(cluster, f"vc-{unique}", ENABLED)
-    seen = Outcome(smi_output(uuids_for(host, 1)))  # every pod sees the host's one GPU
-    session = session_for(kubeconfig, unique, host, "volcano", workloads=True)
+    [uuid] = uuids_for(host, 1)
+    seen = Outcome(smi_output([uuid]))  # the pod check's pod sees the host's one GPU
+    limited = Outcome(f"NVIDIA A100-SXM4-80GB, {uuid}, 2048 MiB\n")
+    session = session_for(kubeconfig, unique, host, "volcano", workloads=True,
+                          gpustack_k8s_volcano_verify_memory=2048)  # fmt: skip
     ns = session.config.namespace
-    with VolcanoStandIn(cluster, ns) as volcano, VerificationPods(cluster, tmp_path, {host: seen}):
-        report = flow.install(session, run_result({host: gpu_facts(host, 1)}))
+    facts = run_result({host: gpu_facts(host, 1)})
+    with (
+        VolcanoStandIn(cluster, ns) as volcano,
+        ShareVerificationPods(cluster, tmp_path, {host: seen}, {host: limited}),
+    ):
+        report = flow.install(session, facts)
 
     node = report.nodes[0]
     result = {c.name: (c.status, c.message) for c in node.checks}
     assert result["pod"][0] == "passed", report.to_dict()
     status, message = result["share"]
     assert status == "passed", message
-    assert f"placed together on GPU {uuids_for(host, 1)[0]}" in message
+    assert message == (
+        f"the Volcano Job's 2 pods were placed together on GPU {uuid}; GPU memory limit 2048 MiB "
+        "in effect in each (nvidia-smi's total in the pod)"
+    )
     (job,) = volcano.jobs
     assert job["spec"]["schedulerName"] == "volcano" and job["spec"]["minAvailable"] == 2
+    for task in job["spec"]["tasks"]:
+        limits = task["template"]["spec"]["containers"][0]["resources"]["limits"]
+        assert str(limits["volcano.sh/vgpu-memory"]) == "2048"
     assert len([b for b in volcano.bound if b.startswith(job["metadata"]["name"])]) == 2
     # the Job and its pods are gone afterwards
     jobs = cluster.raw("GET", f"/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs")
@@ -328,6 +365,23 @@ def test_verify_runs_the_share_job_through_volcano(
     wait_until(lambda: not [p for p in cluster.raw("GET", f"/api/v1/namespaces/{ns}/pods")[
         "items"] if not p["metadata"].get("deletionTimestamp") and "gpustack-share" in
         p["metadata"]["name"]], what="share pods deleted")  # fmt: skip
+
+    whole = Outcome(f"NVIDIA A100-SXM4-80GB, {uuid}, 81920 MiB\n")
+    (tmp_path / "whole").mkdir()
+    with (
+        VolcanoStandIn(cluster, ns),
+        ShareVerificationPods(cluster, tmp_path / "whole", {host: seen}, {host: whole}),
+    ):
+        again = session_for(kubeconfig, unique, host, "volcano", workloads=True,
+                            gpustack_k8s_volcano_verify_memory=2048)  # fmt: skip
+        report = flow.verify_cluster(again, facts)
+    status, message = {c.name: (c.status, c.message) for c in report.nodes[0].checks}["share"]
+    assert status == "failed"
+    assert message.startswith(
+        "a pod of the Volcano Job asked Volcano's vGPU device plugin for 2048 MiB "
+        f"(volcano.sh/vgpu-memory) but nvidia-smi in it reports 81920 MiB as {uuid}'s total "
+        "memory: HAMi-core's memory limit is not in effect"
+    ), message
 
 
 def test_the_share_check_fails_in_words_without_volcanos_controller(

@@ -185,9 +185,8 @@ def test_the_verification_pod_goes_through_volcanos_scheduler():
 
 
 def test_the_volcano_job_shares_one_gpu_of_one_node_by_memory():
-    job = render_verify_volcano_job(
-        ClusterConfig(**VOLCANO), node_name="gpu-1", name="verify-share", memory_mib=2048
-    )
+    config = ClusterConfig(**{**VOLCANO, "volcano_verify_memory": 2048})
+    job = render_verify_volcano_job(config, node_name="gpu-1", name="verify-share")
     assert job["apiVersion"] == "batch.volcano.sh/v1alpha1" and job["kind"] == "Job"
     spec = job["spec"]
     assert spec["schedulerName"] == "volcano" and spec["minAvailable"] == 2
@@ -198,10 +197,16 @@ def test_the_volcano_job_shares_one_gpu_of_one_node_by_memory():
         terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
         assert terms["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["gpu-1"]
         (container,) = pod["containers"]
-        assert container["command"] == ["nvidia-smi", "-L"]
+        # the GPU with its total memory as the container sees it (HAMi-core's limit)
+        assert container["command"] == [
+            "nvidia-smi", "--query-gpu=name,uuid,memory.total", "--format=csv,noheader"]  # fmt: skip
         assert container["resources"]["limits"] == {
             "volcano.sh/vgpu-number": 1, "volcano.sh/vgpu-memory": 2048
         }  # fmt: skip
+    default = render_verify_volcano_job(ClusterConfig(**VOLCANO), node_name="gpu-1", name="v")
+    for task in default["spec"]["tasks"]:
+        limits = task["template"]["spec"]["containers"][0]["resources"]["limits"]
+        assert limits["volcano.sh/vgpu-memory"] == 1024
     assert job["metadata"]["labels"]["gpustack.io/verify"] == "true"
     with pytest.raises(ValueError):
         render_verify_volcano_job(ClusterConfig(), node_name="gpu-1", name="x")
@@ -239,6 +244,8 @@ def test_node_labels_follow_the_allocator():
         ({"gpustack_k8s_mps_replicas": "2"}, "through gpustack_k8s_volcano_device_split_count"),
         ({"gpustack_k8s_compat_with_cpu_manager": "true"}, "which Volcano's vGPU device plugin replaces"),
         ({"gpustack_k8s_volcano_device_split_count": "0"}, "volcano_device_split_count=0"),
+        ({"gpustack_k8s_volcano_verify_memory": "0"}, "volcano_verify_memory=0"),
+        ({"gpustack_k8s_volcano_verify_memory": "1GiB"}, "volcano_verify_memory=1GiB"),
         ({"gpustack_k8s_volcano_device_plugin_tag": "v1.12.0:x"}, "is not an image tag"),
         ({"gpustack_k8s_volcano_namespace": "Volcano_System"}, "not a valid namespace name"),
     ],
@@ -360,18 +367,48 @@ def test_status_names_volcanos_plugin_and_counts_vgpu_shares():
 
 
 def test_the_share_verdict_wants_one_host_gpu_per_pod_and_names_a_shared_one():
-    from gpustack.k8s.cluster.verify import share_verdict
+    from gpustack.k8s.cluster.verify import csv_memory, share_verdict
 
     host = ["GPU-a", "GPU-b"]
-    ok, message = share_verdict(host, [["GPU-a"], ["GPU-a"]])
-    assert ok and "placed together on GPU GPU-a" in message
-    ok, message = share_verdict(host, [["GPU-a"], ["GPU-b"]])
+
+    def pod(*lines: str) -> dict:  # a pod's nvidia-smi --query-gpu=name,uuid,memory.total
+        return csv_memory("".join(f"NVIDIA H100 80GB HBM3, {line}\n" for line in lines))
+
+    ok, message = share_verdict(host, 1024, [pod("GPU-a, 1024 MiB"), pod("GPU-a, 1024 MiB")])
+    assert ok and message == (
+        "the Volcano Job's 2 pods were placed together on GPU GPU-a; GPU memory limit 1024 MiB "
+        "in effect in each (nvidia-smi's total in the pod)"
+    )
+    ok, message = share_verdict(host, 1024, [pod("GPU-a, 1024 MiB"), pod("GPU-b, 1024 MiB")])
     assert ok and "spread them" in message and "not exercised" in message
-    assert share_verdict(host, [["GPU-a"], []]) == (False, "nvidia-smi -L listed no GPU")
-    ok, message = share_verdict(host, [["GPU-a", "GPU-b"], ["GPU-a"]])
+    assert "GPU memory limit 1024 MiB in effect in each" in message
+    assert share_verdict(host, 1024, [pod("GPU-a, 1024 MiB"), {}]) == (
+        False, "nvidia-smi -L listed no GPU"
+    )  # fmt: skip
+    ok, message = share_verdict(
+        host, 1024, [pod("GPU-a, 1024 MiB", "GPU-b, 1024 MiB"), pod("GPU-a, 1024 MiB")]
+    )
     assert not ok and "listed 2 GPUs" in message
-    ok, message = share_verdict(host, [["GPU-z"], ["GPU-z"]])
+    ok, message = share_verdict(host, 1024, [pod("GPU-z, 1024 MiB"), pod("GPU-z, 1024 MiB")])
     assert not ok and "not on the host" in message
+
+
+@pytest.mark.parametrize(("total", "shown"), [("81559 MiB", "81559 MiB"), ("[N/A]", "no number")])
+def test_the_share_check_fails_when_a_pod_sees_more_memory_than_it_asked_for(total, shown):
+    """The plugin's interposer not loaded: nvidia-smi in the pod reports the whole GPU (81559
+    MiB on a real H100 80GB HBM3, tests/fixtures/real-gpu/2026-11-27-h100-80gb-hbm3)."""
+    from gpustack.k8s.cluster.verify import csv_memory, share_verdict
+
+    limited = csv_memory("NVIDIA H100 80GB HBM3, GPU-a, 2048 MiB\n")
+    whole = csv_memory(f"NVIDIA H100 80GB HBM3, GPU-a, {total}\n")
+    ok, message = share_verdict(["GPU-a"], 2048, [limited, whole])
+    assert not ok
+    assert message == (
+        "a pod of the Volcano Job asked Volcano's vGPU device plugin for 2048 MiB "
+        f"(volcano.sh/vgpu-memory) but nvidia-smi in it reports {shown} as GPU-a's total "
+        "memory: HAMi-core's memory limit is not in effect (is the plugin's interposer, "
+        "/usr/local/vgpu/libvgpu.so, loaded in the container?)"
+    )
 
 
 def test_share_job_names_fit_a_label_value():

@@ -13,10 +13,11 @@ Checks per node, in order (a failed check skips the later ones for that node):
             asks for gpustack_k8s_hami_verify_memory MiB, and nvidia-smi in it must report
             that as the GPU's total memory (HAMi-core's limit)
   share     gpustack_k8s_gpu_allocation=volcano only: a Volcano Job of two pods pinned to the
-            node, each asking one volcano.sh/vgpu-number and SHARE_MEMORY_MIB of GPU memory,
-            runs `nvidia-smi -L`; each must see exactly one of the host's GPUs (the same one
-            unless Volcano's policy spread them over the node's GPUs). Skipped with fewer than
-            two free volcano.sh/vgpu-number
+            node, each asking one volcano.sh/vgpu-number and gpustack_k8s_volcano_verify_memory
+            MiB of GPU memory (volcano.sh/vgpu-memory), lists the GPUs it sees with their total
+            memory; each must see exactly one of the host's GPUs (the same one unless Volcano's
+            policy spread them over the node's GPUs) reporting that many MiB as its total
+            (HAMi-core's limit). Skipped with fewer than two free volcano.sh/vgpu-number
   vectoradd optional (gpustack_k8s_vector_add_image): the CUDA vectorAdd sample Succeeds
   dcgm      optional (gpustack_k8s_dcgm_scrape): dcgm-exporter reports DCGM_FI_DEV_GPU_TEMP
             for each of the node's GPUs (through the API server's service proxy)
@@ -45,9 +46,7 @@ from gpustack.k8s.cluster.pods import (
     run_volcano_jobs,
 )
 from gpustack.k8s.manifests import ClusterConfig, render_verify_pod, render_verify_volcano_job
-from gpustack.k8s.volcano import VGPU_NUMBER
-
-SHARE_MEMORY_MIB = 1024  # GPU memory each pod of the Volcano share check asks for
+from gpustack.k8s.volcano import VGPU_MEMORY, VGPU_NUMBER
 
 
 @dataclass
@@ -105,14 +104,32 @@ def csv_memory(text: str) -> dict[str, int | None]:
 def hami_memory(asked: int, memory: dict[str, int | None]) -> tuple[bool, str]:
     """Pure: under HAMi the one GPU the pod sees must report the MiB it asked for as its total
     memory (HAMi-core's limit); the message names the limit either way."""
+    return _memory_limit(asked, memory, "the pod", "HAMi", "nvidia.com/gpumem", "HAMi's")
+
+
+def volcano_memory(asked: int, memory: dict[str, int | None]) -> tuple[bool, str]:
+    """Pure: a pod of the share Job sees one GPU, which must report the MiB the pod asked
+    Volcano's vGPU device plugin for as its total memory: the plugin passes the request to the
+    container as CUDA_DEVICE_MEMORY_LIMIT_0=<MiB>m (Project-HAMi/volcano-vgpu-device-plugin
+    pkg/plugin/server.go@afefcc2ff7944e9e68275e83217cf5eb7fb4a585, Allocate) and mounts
+    HAMi-core, whose NVML hook reports that limit as the total."""
+    return _memory_limit(
+        asked, memory, "a pod of the Volcano Job", "Volcano's vGPU device plugin", VGPU_MEMORY,
+        "the plugin's",
+    )  # fmt: skip
+
+
+def _memory_limit(
+    asked: int, memory: dict[str, int | None], pod: str, plugin: str, resource: str, whose: str
+) -> tuple[bool, str]:
     [(uuid, total)] = memory.items()
     if total == asked:
         return True, f"GPU memory limit {asked} MiB in effect (nvidia-smi's total in the pod)"
     shown = "no number" if total is None else f"{total} MiB"
     return False, (
-        f"the pod asked HAMi for {asked} MiB (nvidia.com/gpumem) but nvidia-smi in it reports "
+        f"{pod} asked {plugin} for {asked} MiB ({resource}) but nvidia-smi in it reports "
         f"{shown} as {uuid}'s total memory: HAMi-core's memory limit is not in effect (is "
-        "HAMi's interposer, /usr/local/vgpu/libvgpu.so, loaded in the container?)"
+        f"{whose} interposer, /usr/local/vgpu/libvgpu.so, loaded in the container?)"
     )
 
 
@@ -334,22 +351,28 @@ def _verify_pods(cluster, config, reports, candidates, ready, clock) -> dict[str
     return {h: u.resource for h, u in chosen.items() if not reports[h].failed()}
 
 
-def share_verdict(expected: list[str] | None, seen: list[list[str]]) -> tuple[bool, str]:
-    """Pure: each pod of the share Job asked for one vGPU, so each must see exactly one of the
-    host's GPUs; the same one shows the GPU shared."""
-    for uuids in seen:
-        ok, message = compare_uuids(expected, uuids)
+def share_verdict(
+    expected: list[str] | None, asked: int, seen: list[dict[str, int | None]]
+) -> tuple[bool, str]:
+    """Pure: each pod of the share Job asked for one vGPU with `asked` MiB of its memory, so each
+    must see exactly one of the host's GPUs (`seen`: each pod's csv_memory) with that many MiB as
+    its total; the same GPU in both shows it shared."""
+    for memory in seen:
+        ok, message = compare_uuids(expected, list(memory))
+        if ok:
+            ok, message = volcano_memory(asked, memory)
         if not ok:
             return False, message
-    gpus = sorted({uuids[0] for uuids in seen})
+    gpus = sorted({next(iter(memory)) for memory in seen})
     if len(gpus) == 1:
         return True, (
-            f"the Volcano Job's {len(seen)} pods were placed together on GPU {gpus[0]}, "
-            f"{SHARE_MEMORY_MIB} MiB of its memory each"
+            f"the Volcano Job's {len(seen)} pods were placed together on GPU {gpus[0]}; "
+            f"GPU memory limit {asked} MiB in effect in each (nvidia-smi's total in the pod)"
         )
     return True, (
-        f"the Volcano Job's pods got different GPUs ({', '.join(gpus)}): Volcano's "
-        "deviceshare.SchedulePolicy spread them, so one GPU shared was not exercised"
+        f"the Volcano Job's pods got different GPUs ({', '.join(gpus)}), GPU memory limit "
+        f"{asked} MiB in effect in each: Volcano's deviceshare.SchedulePolicy spread them, so "
+        "one GPU shared was not exercised"
     )
 
 
@@ -368,9 +391,7 @@ def _volcano_share(cluster, config, reports, candidates, hosts, ready, clock) ->
             )  # fmt: skip
             continue
         node = reports[host].node
-        jobs[host] = render_verify_volcano_job(
-            config, node_name=node, name=job_name(node), memory_mib=SHARE_MEMORY_MIB
-        )
+        jobs[host] = render_verify_volcano_job(config, node_name=node, name=job_name(node))
     done = run_volcano_jobs(cluster, jobs, 2, config.verify_timeout, clock)
     for host, outcome in done.items():
         report = reports[host]
@@ -382,7 +403,11 @@ def _volcano_share(cluster, config, reports, candidates, hosts, ready, clock) ->
         if failed:
             report.add("share", FAILED, "; ".join(failed), seconds)
             continue
-        ok, message = share_verdict(candidates[host][1].uuids, [smi_uuids(o.log) for o in outcome])
+        ok, message = share_verdict(
+            candidates[host][1].uuids,
+            config.volcano_verify_memory,
+            [csv_memory(o.log) for o in outcome],
+        )
         report.add("share", PASSED if ok else FAILED, message, seconds)
 
 
