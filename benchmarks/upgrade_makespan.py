@@ -95,7 +95,7 @@ class SimulatedFleet:
     def resume_gpu_clients(self, name):
         return ""
 
-    def validate(self, name, clock, opts):
+    def validate(self, name, clock, opts, driver=None):
         clock.sleep(VALIDATE_S)
         return "validated"
 

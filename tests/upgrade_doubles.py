@@ -29,6 +29,7 @@ class FakeHostUpgrader:
         duration: float = 0.0,
         durations: dict[str, float] | None = None,
         before: Callable[[str], None] | None = None,
+        gpus: dict[str, list[str]] | None = None,
     ):
         self.version = version
         self.fail = fail or {}
@@ -37,6 +38,7 @@ class FakeHostUpgrader:
         self.duration = duration
         self.durations = durations or {}
         self.before = before
+        self.gpus = gpus or {}  # host -> the GPU UUIDs the role's nvidia-smi reads there
         self.calls: list[str] = []
         self.active: set[str] = set()
         self.max_active = 0
@@ -60,14 +62,19 @@ class FakeHostUpgrader:
             if host in self.fail:
                 return HostOutcome(ok=False, reason=self.fail[host])
             version = self.wrong_version.get(host, self.version)
-            return HostOutcome(
-                ok=True,
-                driver={
-                    "installed_version": version,
-                    "held": host not in self.not_held,
-                    "state": "installed, not loaded: no NVIDIA device",
-                },
-            )
+            driver = {
+                "installed_version": version,
+                "held": host not in self.not_held,
+                "state": "installed, not loaded: no NVIDIA device",
+            }
+            if host in self.gpus:  # the gpustack_driver fact's GPUs, as the role reads them
+                driver["state"] = f"loaded {version}"
+                driver["nvidia_smi"] = {"rc": "0", "message": "ok"}
+                driver["gpus"] = [
+                    {"name": "NVIDIA A100-SXM4-80GB", "uuid": u, "memory_mib": 81920}
+                    for u in self.gpus[host]
+                ]
+            return HostOutcome(ok=True, driver=driver)
         finally:
             with self._lock:
                 self.active.discard(host)

@@ -56,12 +56,15 @@ def _label_key(key: str) -> bool:
 
 _HOST_PATH = re.compile(r"^(/[A-Za-z0-9._+@-]+)+$")
 
-# gpu_allocation modes whose device plugin replaces NVIDIA's and splits whole GPUs: who it is
-# (for refusals) and the variable that sets how many shares a GPU gives.
-_SHARING_PLUGINS = {
-    "hami": ("HAMi's plugin", "hami_device_split_count"),
-    "volcano": ("Volcano's vGPU device plugin", "volcano_device_split_count"),
+# gpu_allocation modes that replace NVIDIA's device plugin: who does (for refusals of its
+# settings) and how that one shares GPUs instead.
+_REPLACES_DEVICE_PLUGIN = {
+    "dra": ("NVIDIA's DRA driver", "ResourceClaim configuration"),
+    "hami": ("HAMi's plugin", f"{VAR_PREFIX}hami_device_split_count"),
+    "volcano": ("Volcano's vGPU device plugin", f"{VAR_PREFIX}volcano_device_split_count"),
 }
+# Of those, the ones that split whole GPUs by memory and compute (deployed without MIG).
+_SHARING_PLUGINS = ("hami", "volcano")
 
 # Images the manifests use, by the name `ClusterConfig.image()` takes.
 IMAGES = (
@@ -349,31 +352,9 @@ class ClusterConfig(BaseModel):
                 f"{VAR_PREFIX}mps_replicas={self.mps_replicas} with "
                 f"{VAR_PREFIX}mig_strategy={self.mig_strategy}: MPS sharing does not work with MIG"
             )
-        if self.gpu_allocation == "dra":
-            shared = {"time_slicing_replicas": self.time_slicing_replicas,
-                      "mps_replicas": self.mps_replicas}  # fmt: skip
-            for field, value in shared.items():
-                if value > 1:
-                    raise ValueError(
-                        f"{VAR_PREFIX}{field}={value} with {VAR_PREFIX}gpu_allocation=dra: "
-                        "sharing replicas are a device plugin setting; the DRA driver shares "
-                        "GPUs through ResourceClaim configuration instead"
-                    )
-            if self.compat_with_cpu_manager:
-                raise ValueError(
-                    f"{VAR_PREFIX}compat_with_cpu_manager=true with {VAR_PREFIX}gpu_allocation"
-                    "=dra: it is a device plugin setting (the DRA driver injects devices via CDI)"
-                )
-        if self.gpu_allocation in _SHARING_PLUGINS:
-            mode = self.gpu_allocation
-            who, split_by = _SHARING_PLUGINS[mode]
-            if self.mig_strategy != "none":
-                raise ValueError(
-                    f"{VAR_PREFIX}mig_strategy={self.mig_strategy} with {VAR_PREFIX}"
-                    f"gpu_allocation={mode}: {who} is deployed with migStrategy none "
-                    "(it splits whole GPUs by memory and compute; MIG is the device plugin's "
-                    "or the DRA driver's)"
-                )
+        mode = self.gpu_allocation
+        if mode in _REPLACES_DEVICE_PLUGIN:
+            who, instead = _REPLACES_DEVICE_PLUGIN[mode]
             shared = {"time_slicing_replicas": self.time_slicing_replicas,
                       "mps_replicas": self.mps_replicas}  # fmt: skip
             for field, value in shared.items():
@@ -381,13 +362,20 @@ class ClusterConfig(BaseModel):
                     raise ValueError(
                         f"{VAR_PREFIX}{field}={value} with {VAR_PREFIX}gpu_allocation={mode}: "
                         f"sharing replicas are NVIDIA device plugin settings; {who} shares "
-                        f"GPUs through {VAR_PREFIX}{split_by} instead"
+                        f"GPUs through {instead} instead"
                     )
             if self.compat_with_cpu_manager:
                 raise ValueError(
                     f"{VAR_PREFIX}compat_with_cpu_manager=true with {VAR_PREFIX}gpu_allocation"
                     f"={mode}: it is an NVIDIA device plugin setting, which {who} replaces"
                 )
+        if mode in _SHARING_PLUGINS and self.mig_strategy != "none":
+            raise ValueError(
+                f"{VAR_PREFIX}mig_strategy={self.mig_strategy} with {VAR_PREFIX}"
+                f"gpu_allocation={mode}: {_REPLACES_DEVICE_PLUGIN[mode][0]} is deployed with "
+                "migStrategy none (it splits whole GPUs by memory and compute; MIG is the "
+                "device plugin's or the DRA driver's)"
+            )
         return self
 
     # -- derived values -------------------------------------------------------------

@@ -88,7 +88,10 @@ class NodeBackend(Protocol):
 
     def resume_gpu_clients(self, name: str) -> str: ...
 
-    def validate(self, name: str, clock: Clock, opts: StepOptions) -> str: ...
+    # `driver`: the host's gpustack_driver fact after its upgrade (the GPUs the role read)
+    def validate(
+        self, name: str, clock: Clock, opts: StepOptions, driver: dict[str, Any] | None = None
+    ) -> str: ...
 
     def uncordon(self, name: str, clock: Clock, opts: StepOptions) -> str: ...
 
@@ -127,7 +130,9 @@ class HostOnlyBackend:
     def resume_gpu_clients(self, name: str) -> str:
         return ""
 
-    def validate(self, name: str, clock: Clock, opts: StepOptions) -> str:
+    def validate(
+        self, name: str, clock: Clock, opts: StepOptions, driver: dict[str, Any] | None = None
+    ) -> str:
         return "host checks only (no Kubernetes)"
 
     def uncordon(self, name: str, clock: Clock, opts: StepOptions) -> str:

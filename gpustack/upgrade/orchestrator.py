@@ -345,7 +345,7 @@ class Orchestrator:
             if problem:
                 raise StepFailed(f"validation: {problem}")
             return f"driver {record.driver.get('installed_version')} held; " + backend.validate(
-                name, clock, opts
+                name, clock, opts, record.driver
             )
         if state == S.UNCORDON:
             if self.run.nodes[name].admin_cordoned:
@@ -374,9 +374,10 @@ class Orchestrator:
             record = self.run.nodes[name]
             record.artifacts = outcome.artifacts
             if outcome.driver:
+                # gpus and nvidia_smi: the GPUs the role read, for validation's UUID check
                 record.driver = {
                     k: outcome.driver.get(k) for k in ("installed_version", "held", "state")
-                }
+                } | {k: outcome.driver[k] for k in ("gpus", "nvidia_smi") if k in outcome.driver}
         if not outcome.ok:
             raise StepFailed(f"driver role: {outcome.reason}")
         return "; ".join(

@@ -205,8 +205,8 @@ def verification_pods_exit(kubeconfig, namespace: str, interval: float = 0.02):
     """STAND-IN for gpustack's verification container (`nvidia-smi -L`) exiting 0: while the
     block runs, every Running pod labelled gpustack.io/verify=true in `namespace` is finished
     with `finish_pod`. No nvidia-smi runs and no log is written: only the pod's phase is real
-    to the reader, so only a check that reads nothing but the phase (the upgrade's validation)
-    can pass on it. Yields the set of the pods it finished."""
+    to the reader, so no check of gpustack's passes on it (verify and the upgrade's validation
+    read the pod's log). Yields the set of the pods it finished."""
     from gpustack.k8s.cluster.connect import connect
 
     cluster = connect(str(kubeconfig))

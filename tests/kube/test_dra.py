@@ -816,7 +816,8 @@ def test_an_upgrade_evicts_dra_workloads_pauses_the_kubelet_plugin_last_and_vali
         policy = RolloutPolicy(limits=Limits(1, 1),
                                steps=StepOptions(poll=0.05, validation_timeout=30))  # fmt: skip
         result = Orchestrator(run, [host], MemoryStateStore(run), backend,
-                              FakeHostUpgrader(before=driver_role), policy,
+                              FakeHostUpgrader(before=driver_role,
+                                               gpus={host: uuids_for(host, 2)}), policy,
                               ThreadExecutor(1, poll=0.01)).execute()  # fmt: skip
         backend.cluster.close()
 
@@ -828,9 +829,13 @@ def test_an_upgrade_evicts_dra_workloads_pauses_the_kubelet_plugin_last_and_vali
     assert notes["validation-required"].startswith(
         "paused GPU clients (dcgm-exporter, dra-driver, gpu-feature-discovery); driver role ran"
     ), notes
-    assert notes["uncordon-required"] == (
+    # the pod's nvidia-smi -L judged as verify judges it: one of the host's GPUs, published
+    validated = notes["uncordon-required"]
+    assert validated.startswith(
         f"driver {NEW} held; node Ready, 2 GPU(s) in ResourceSlices of {DRA_DRIVER}; "
-        "verification pod succeeded"
+        "verification pod succeeded: GPU GPU-"
+    ) and validated.endswith(
+        f"UUID matches one of the host's 2; one of the devices {DRA_DRIVER} publishes for the node"
     ), notes
     assert len(set(verify.claims) - before) == 1, "one verification pod, with a claim"
     # the kubelet plugin's label was paused on its own, after the other clients'

@@ -9,10 +9,11 @@ STAND-INS, each named where it is used:
 - the nodes: kwok nodes with 8 "GPUs" as allocatable numbers the test writes; while a host
   "upgrades", the test sets its allocatable to 0 and back (`set_gpu_allocatable`), as the
   kubelet does when the device plugin restarts. No GPU, driver or device plugin is involved;
-- the verification pod's container (`nvidia-smi -L`): kwok runs nothing and completes only
-  Job-owned pods, so `verification_pods_exit` writes its status as a kubelet reports a
-  container that exited 0. The upgrade's validation reads only the pod's phase (not its log),
-  so it runs as it would; whether nvidia-smi would succeed on the node is not tested here;
+- the verification pod's container (`nvidia-smi -L`): kwok runs nothing, so `VerificationPods`
+  serves, as the pod's log, the line nvidia-smi -L prints for one GPU (by default one of the
+  node's, `uuids_for`) and ends the pod as a kubelet reports a container that exited 0. The
+  upgrade's validation reads that log with verify's own parser, as it would a real one; whether
+  nvidia-smi would succeed on the node is not tested here;
 - a batch pod's process finishing (`finish_pod`), for the wait for jobs.
 
 Each test has its own nodes (`gpuNNN-<unique>`, labelled with the test's fleet label), its own
@@ -40,15 +41,16 @@ from gpustack.upgrade.orchestrator import Orchestrator, RolloutPolicy
 from gpustack.upgrade.planner import Limits, resolve_max_unavailable
 from gpustack.upgrade.session import open_run
 from gpustack.upgrade.state import SKIP_LABEL, STATE_LABEL, MemoryStateStore, Target
-from tests.builders import gpu_facts, inventory
+from tests.builders import gpu_facts, inventory, smi_output, uuids_for
 from tests.conftest import wait_until
 from tests.kube.stand_ins import (
     VERIFY_SELECTOR,
+    Outcome,
+    VerificationPods,
     finish_pod,
     kwok_node,
     node_ready,
     set_gpu_allocatable,
-    verification_pods_exit,
 )
 from tests.upgrade_doubles import NEW, FakeHostUpgrader, in_progress_intervals
 
@@ -73,7 +75,8 @@ class Fleet:
     kubeconfig: Path
     unique: str
     hosts: list[str] = field(default_factory=list)
-    verified: set[str] = field(default_factory=set)  # verification pods the stand-in finished
+    verified: list[str] = field(default_factory=list)  # verification pods the stand-in ended
+    listings: dict[str, Outcome] = field(default_factory=dict)  # node -> other than its GPU
 
     @property
     def ns(self) -> str:  # the workloads'
@@ -113,11 +116,29 @@ def admin_patch(fleet: Fleet, name: str, patch: dict) -> None:
     fleet.cluster.raw("PATCH", f"/api/v1/nodes/{name}", body=patch, ctype=MERGE)
 
 
+class OneOfItsGpus:
+    """The stand-in's outputs for the fleet's nodes (VerificationPods' `outcomes`): what
+    `nvidia-smi -L` prints in a pod given the last of the node's 8 GPUs, unless the test set
+    another listing for the node in `fleet.listings`."""
+
+    def __init__(self, fleet: Fleet):
+        self.fleet = fleet
+
+    def __contains__(self, node: object) -> bool:
+        return isinstance(node, str) and node.endswith(f"-{self.fleet.unique}")
+
+    def __getitem__(self, node: str) -> Outcome:
+        if node not in self:
+            raise KeyError(node)
+        return self.fleet.listings.get(node) or Outcome(smi_output(uuids_for(node, 8)[-1:]))
+
+
 @pytest.fixture
-def fleet(kubeconfig, unique):
+def fleet(kubeconfig, unique, tmp_path):
     """gpustack's k8s side as the upgrade needs it (its namespace, where the verification pods
     run with its RuntimeClass), a namespace for workloads; nodes come from `gpu_fleet`. The
-    verification pods' containers "exit 0" (the stand-in) while the test runs."""
+    verification pods' containers list one of the node's GPUs and exit 0 (the stand-in)
+    while the test runs."""
     cluster = connect(str(kubeconfig))
     fleet = Fleet(cluster, kubeconfig, unique)
     for ns in (fleet.ns, fleet.gpustack_ns):
@@ -128,8 +149,8 @@ def fleet(kubeconfig, unique):
     for ns in (fleet.ns, fleet.gpustack_ns):  # the ServiceAccount admission needs it
         wait_until(lambda ns=ns: cluster.raw("GET", f"/api/v1/namespaces/{ns}/serviceaccounts")["items"],
                    what=f"ServiceAccount default in {ns}", timeout=30, interval=0.1)  # fmt: skip
-    with verification_pods_exit(kubeconfig, fleet.gpustack_ns) as finished:
-        fleet.verified = finished
+    with VerificationPods(cluster, tmp_path, OneOfItsGpus(fleet)) as pods:
+        fleet.verified = pods.handled
         yield fleet
     for name in fleet.hosts:
         cluster.raw("DELETE", f"/api/v1/nodes/{name}")
@@ -265,7 +286,7 @@ def test_rolling_upgrade_of_50_nodes_within_limits(fleet):
     for name in (fleet.name(10), fleet.name(11)):  # an admin cordoned them, with pods on them
         admin_patch(fleet, name, {"spec": {"unschedulable": True}})
     plugin = DevicePluginRestart(fleet)
-    upgrader = FakeHostUpgrader(before=plugin)
+    upgrader = FakeHostUpgrader(before=plugin, gpus={h: uuids_for(h, 8) for h in hosts})
     result, run, backend = rollout(fleet, hosts, upgrader)
     plugin.join()
     assert result.status == "done", result
@@ -292,7 +313,8 @@ def test_rolling_upgrade_of_50_nodes_within_limits(fleet):
     assert fleet.pods(fleet.gpustack_ns) == [], "verification pods deleted"
     verified = [t.note for t in run.history if t.to_state == "uncordon-required"]
     assert len(verified) == 49
-    assert all("8 GPU(s) allocatable; verification pod succeeded" in n for n in verified)
+    assert all("8 GPU(s) allocatable; verification pod succeeded: GPU GPU-" in n
+               and n.endswith("UUID matches one of the host's 8") for n in verified), verified  # fmt: skip
     assert len(fleet.verified) == 49  # one verification pod per upgraded node
     # Upgrade intervals never overlap by more than max-parallel.
     spans = in_progress_intervals(run.history)
@@ -419,7 +441,36 @@ def test_wait_for_jobs_then_validation_waits_for_gpus(fleet):
         f"validation: node {hosts[0]} is Ready with 0 allocatable GPU(s) after 0.3 s "
         "(is the device plugin running there?)"
     )
-    assert fleet.verified == set(), "no verification pod without GPUs"
+    assert fleet.verified == [], "no verification pod without GPUs"
+
+
+@pytest.mark.parametrize("listing", ["another-nodes-gpu", "no-gpu"])
+def test_a_verification_pod_that_exits_0_without_the_nodes_gpu_fails_validation(fleet, listing):
+    """After the driver role, the node's verification pod exits 0, but nvidia-smi -L in it
+    listed another node's GPU (or none). Validation judges that output as `gpustack verify`
+    does (against the UUIDs the driver role read on the host), so the node fails and stays
+    cordoned, the reason on its annotation. STAND-INS: the pod's output (`fleet.listings`), the
+    host's driver role (FakeHostUpgrader: its nvidia-smi read the node's 8 UUIDs)."""
+    hosts = gpu_fleet(fleet, 1)
+    host = hosts[0]
+    other = uuids_for(f"elsewhere-{fleet.unique}", 1)[0]
+    fleet.listings[host] = Outcome(smi_output([other]) if listing == "another-nodes-gpu" else "")
+    upgrader = FakeHostUpgrader(gpus={host: uuids_for(host, 8)})
+    result, run, _ = rollout(fleet, hosts, upgrader, max_unavailable="1")
+    assert result.status == "failed"
+    reason = (
+        f"validation: verification pod on {host}: GPU UUID mismatch: not on the host {other}; "
+        f"the host has {', '.join(uuids_for(host, 8))}"
+        if listing == "another-nodes-gpu"
+        else f"validation: verification pod on {host}: nvidia-smi -L listed no GPU"
+    )
+    assert run.nodes[host].reason == reason
+    assert len(fleet.verified) == 1, "the pod ran and exited 0"
+    node = fleet.node(host)
+    assert node["spec"].get("unschedulable") is True, "a node that failed validation stays cordoned"
+    assert node["metadata"]["labels"][STATE_LABEL] == "upgrade-failed"
+    assert node["metadata"]["annotations"][REASON_ANNOTATION] == reason
+    assert fleet.pods(fleet.gpustack_ns) == [], "verification pod deleted"
 
 
 def test_cli_run_fails_then_resumes_from_labels_and_keeps_admin_cordon(fleet, state_dir, tmp_path, capsys):  # fmt: skip

@@ -211,7 +211,7 @@ def test_node_labels_follow_the_allocator():
         ({"gpustack_k8s_gpu_allocation": "dra2"}, "gpustack_k8s_gpu_allocation=dra2", "device-plugin, dra"),
         (
             {"gpustack_k8s_gpu_allocation": "dra", "gpustack_k8s_time_slicing_replicas": "4"},
-            "sharing replicas are a device plugin setting",
+            "sharing replicas are NVIDIA device plugin settings; NVIDIA's DRA driver shares GPUs through ResourceClaim configuration",
             "default",
         ),
         (

@@ -77,7 +77,7 @@ class SimFleet:
     def resume_gpu_clients(self, name):
         return ""
 
-    def validate(self, name, clock, opts):
+    def validate(self, name, clock, opts, driver=None):
         return "validated"
 
     def uncordon(self, name, clock, opts):

@@ -450,7 +450,12 @@ class KubernetesBackend:
         devices = dra.node_devices(self.cluster).get(self.node_names[host], [])
         return node, len(dra.covered_gpus(devices)), devices
 
-    def validate(self, name: str, clock: Clock, opts: StepOptions) -> str:
+    def validate(
+        self, name: str, clock: Clock, opts: StepOptions, driver: Mapping[str, Any] | None = None
+    ) -> str:
+        """The node Ready with its GPUs back, then verify's `pod` check on it: the pod must
+        succeed and nvidia-smi in it list exactly one GPU, one of the host's as the driver
+        role read them (`driver`: its gpustack_driver fact; without its GPUs, any one GPU)."""
         start = clock.now()
         node_name = self.node_names[name]
         what = f"GPU(s) in ResourceSlices of {DRA_DRIVER}" if self.dra else "allocatable GPU(s)"
@@ -469,13 +474,17 @@ class KubernetesBackend:
         note = f"node Ready, {gpus} " + (what if self.dra else "GPU(s) allocatable")
         if self.config is None:
             return note + "; no verification pod (gpustack's namespace is not installed)"
-        if self.dra:
-            return note + "; " + self._verify_dra_pod(name, devices, clock)
-        return note + "; " + self._verify_pod(name, gpus, clock, opts, start)
+        from gpustack.k8s.cluster.verify import host_gpus
 
-    def _verify_dra_pod(self, host: str, devices: list[dict[str, Any]], clock: Clock) -> str:
+        expected = host_gpus({"gpustack_driver": dict(driver or {})}).uuids
+        if self.dra:
+            return note + "; " + self._verify_dra_pod(name, devices, expected, clock)
+        return note + "; " + self._verify_pod(name, expected, clock, opts, start)
+
+    def _verify_dra_pod(self, host: str, devices: list[dict[str, Any]], expected, clock) -> str:
         """verify's DRA `pod` check on one node: a claim for a free device of the node."""
         from gpustack.k8s.cluster.checks import NodeReport
+        from gpustack.k8s.cluster.verify import dra_pod_verdict
 
         node = self.node_names[host]
         report = NodeReport(host, node)
@@ -483,12 +492,14 @@ class KubernetesBackend:
                                           {host: devices}, clock, cordoned=True)  # fmt: skip
         if host not in outcomes:  # every device is allocated: not disturbed
             return "no verification pod: " + (report.checks[0].message if report.checks else "")
-        if outcomes[host].phase != "Succeeded":
-            raise StepFailed(f"validation: verification pod on {node}: {outcomes[host].message}")
-        return "verification pod succeeded"
+        outcome = outcomes[host]
+        if outcome.phase != "Succeeded":
+            raise StepFailed(f"validation: verification pod on {node}: {outcome.message}")
+        return _judged(node, *dra_pod_verdict(expected, outcome.log, devices))
 
-    def _verify_pod(self, host, gpus, clock, opts, start) -> str:
+    def _verify_pod(self, host, expected, clock, opts, start) -> str:
         from gpustack.k8s.cluster.pods import pod_name, run_pods
+        from gpustack.k8s.cluster.verify import pod_verdict
         from gpustack.k8s.manifests import render_verify_pod
 
         node = self.node_names[host]
@@ -504,7 +515,15 @@ class KubernetesBackend:
         outcome = run_pods(self.cluster, {host: pod}, left, clock)[host]
         if outcome.phase != "Succeeded":
             raise StepFailed(f"validation: verification pod on {node}: {outcome.message}")
-        return "verification pod succeeded"
+        return _judged(node, *pod_verdict(self.config, expected, outcome.log))
+
+
+def _judged(node: str, ok: bool, message: str) -> str:
+    """The validation's note for a verification pod that succeeded, judged by verify's own
+    check of its output; StepFailed when the output does not show the node's GPU."""
+    if not ok:
+        raise StepFailed(f"validation: verification pod on {node}: {message}")
+    return f"verification pod succeeded: {message}"
 
 
 def refusal_message(refused: dict[str, list[str]], what: str) -> str:

@@ -168,6 +168,37 @@ def compare_uuids(expected: list[str] | None, seen: list[str]) -> tuple[bool, st
     return True, f"GPU {seen[0]} seen, UUID matches one of the host's {len(expected)}"
 
 
+def pod_verdict(config: ClusterConfig, expected: list[str] | None, log: str) -> tuple[bool, str]:
+    """Pure: the `pod` check on what nvidia-smi printed in a verification pod that asked for
+    one unit (render_verify_pod): exactly one GPU, one of `expected` (the host's UUIDs; None:
+    unknown), and under HAMi the memory limit it asked for. Also the upgrade's validation."""
+    memory = csv_memory(log) if config.hami else {}
+    seen = list(memory) if config.hami else smi_uuids(log)
+    ok, message = compare_uuids(expected, seen)
+    if ok and config.hami:
+        ok, limit = hami_memory(config.hami_verify_memory, memory)
+        message = f"{message}; {limit}" if ok else limit
+    return ok, message
+
+
+def dra_pod_verdict(
+    expected: list[str] | None, log: str, devices: list[dict[str, Any]]
+) -> tuple[bool, str]:
+    """Pure: the `pod` check under DRA: `nvidia-smi -L` in the pod given a claim lists exactly
+    one GPU, one of `expected`, and one the node's ResourceSlices (`devices`) publish. Also the
+    upgrade's validation."""
+    seen = smi_uuids(log)
+    ok, message = compare_uuids(expected, seen)
+    if ok and seen[0] not in dra.published_uuids(devices):
+        return False, (
+            f"nvidia-smi -L listed {seen[0]}, which the node's ResourceSlices of "
+            f"{dra.DRA_DRIVER} do not publish: the GPU did not come from the DRA driver"
+        )
+    if ok:
+        message += f"; one of the devices {dra.DRA_DRIVER} publishes for the node"
+    return ok, message
+
+
 @dataclass
 class Target:
     """One inventory host to verify: its node (if found) and its facts."""
@@ -335,16 +366,11 @@ def _verify_pods(cluster, config, reports, candidates, ready, clock) -> dict[str
         if outcome.phase != "Succeeded":
             report.add("pod", FAILED, outcome.message, outcome.seconds)
             continue
-        memory = csv_memory(outcome.log) if config.hami else {}
-        seen = list(memory) if config.hami else smi_uuids(outcome.log)
-        ok, message = compare_uuids(candidates[host][1].uuids, seen)
+        ok, message = pod_verdict(config, candidates[host][1].uuids, outcome.log)
         mig = smi_mig_uuids(outcome.log)
         detail = f"; 1 {unit.resource} of {unit.free} free" + (
             f" (MIG device {mig[0]})" if mig else ""
         )
-        if ok and config.hami:
-            ok, limit = hami_memory(config.hami_verify_memory, memory)
-            message = f"{message}; {limit}" if ok else limit
         report.add(
             "pod", PASSED if ok else FAILED, message + (detail if ok else ""), outcome.seconds
         )
@@ -419,18 +445,9 @@ def _dra_pods(cluster, config, reports, candidates, ready, clock) -> None:
         if outcome.phase != "Succeeded":
             report.add("pod", FAILED, outcome.message, outcome.seconds)
             continue
-        seen = smi_uuids(outcome.log)
-        ok, message = compare_uuids(candidates[host][1].uuids, seen)
-        if ok and seen[0] not in dra.published_uuids(ready[host]):
-            ok = False
-            message = (
-                f"nvidia-smi -L listed {seen[0]}, which the node's ResourceSlices of "
-                f"{dra.DRA_DRIVER} do not publish: the GPU did not come from the DRA driver"
-            )
-        elif ok:
-            message += (
-                f"; one of the devices {dra.DRA_DRIVER} publishes for the node ({classes[host]})"
-            )
+        ok, message = dra_pod_verdict(candidates[host][1].uuids, outcome.log, ready[host])
+        if ok:
+            message += f" ({classes[host]})"
         report.add("pod", PASSED if ok else FAILED, message, outcome.seconds)
 
 
