@@ -462,7 +462,7 @@ def test_a_verification_pod_that_exits_0_without_the_nodes_gpu_fails_validation(
         f"validation: verification pod on {host}: GPU UUID mismatch: not on the host {other}; "
         f"the host has {', '.join(uuids_for(host, 8))}"
         if listing == "another-nodes-gpu"
-        else f"validation: verification pod on {host}: nvidia-smi -L listed no GPU"
+        else f"validation: verification pod on {host}: nvidia-smi in the pod listed no GPU"
     )
     assert run.nodes[host].reason == reason
     assert len(fleet.verified) == 1, "the pod ran and exited 0"

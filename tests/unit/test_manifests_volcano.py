@@ -383,7 +383,7 @@ def test_the_share_verdict_wants_one_host_gpu_per_pod_and_names_a_shared_one():
     assert ok and "spread them" in message and "not exercised" in message
     assert "GPU memory limit 1024 MiB in effect in each" in message
     assert share_verdict(host, 1024, [pod("GPU-a, 1024 MiB"), {}]) == (
-        False, "nvidia-smi -L listed no GPU"
+        False, "nvidia-smi in the pod listed no GPU"
     )  # fmt: skip
     ok, message = share_verdict(
         host, 1024, [pod("GPU-a, 1024 MiB", "GPU-b, 1024 MiB"), pod("GPU-a, 1024 MiB")]

@@ -31,11 +31,11 @@ def test_the_real_h100_listing_passes_when_its_gpu_is_the_hosts():
 @pytest.mark.parametrize(
     ("output", "reason"),
     [
-        ("", "nvidia-smi -L listed no GPU"),
+        ("", "nvidia-smi in the pod listed no GPU"),
         (smi_output(uuids_for("gpu2", 1)),
          f"GPU UUID mismatch: not on the host {uuids_for('gpu2', 1)[0]}; the host has {H100}"),
         (smi_output([H100, *uuids_for("gpu2", 1)]),
-         "the pod asked for one unit but nvidia-smi -L listed 2 GPUs"),
+         "the pod asked for one unit but nvidia-smi in it listed 2 GPUs"),
     ],
     ids=["no-gpu", "another-nodes-gpu", "two-gpus"],
 )  # fmt: skip
@@ -61,7 +61,7 @@ def test_under_hami_the_csv_listing_and_the_memory_limit_are_judged():
     assert not ok and "HAMi-core's memory limit is not in effect" in message
     # an -L listing is not what HAMi's pod prints: no GPU seen
     assert pod_verdict(HAMI, [H100], REAL.read_text(encoding="utf-8")) == (
-        False, "nvidia-smi -L listed no GPU")  # fmt: skip
+        False, "nvidia-smi in the pod listed no GPU")  # fmt: skip
 
 
 def test_under_dra_the_gpu_must_also_be_one_the_nodes_slices_publish():

@@ -152,10 +152,10 @@ def smi_mig_uuids(text: str) -> list[str]:
 def compare_uuids(expected: list[str] | None, seen: list[str]) -> tuple[bool, str]:
     """Pure: the pod asked for one unit, so it must see exactly one GPU, one of the host's."""
     if not seen:
-        return False, "nvidia-smi -L listed no GPU"
+        return False, "nvidia-smi in the pod listed no GPU"
     if len(seen) > 1:
         return False, (
-            f"the pod asked for one unit but nvidia-smi -L listed {len(seen)} GPUs "
+            f"the pod asked for one unit but nvidia-smi in it listed {len(seen)} GPUs "
             f"({', '.join(seen)}): GPU isolation is not in effect (the container sees GPUs "
             "the device plugin did not allocate to it)"
         )
@@ -191,7 +191,7 @@ def dra_pod_verdict(
     ok, message = compare_uuids(expected, seen)
     if ok and seen[0] not in dra.published_uuids(devices):
         return False, (
-            f"nvidia-smi -L listed {seen[0]}, which the node's ResourceSlices of "
+            f"nvidia-smi in the pod listed {seen[0]}, which the node's ResourceSlices of "
             f"{dra.DRA_DRIVER} do not publish: the GPU did not come from the DRA driver"
         )
     if ok:
