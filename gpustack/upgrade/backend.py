@@ -8,7 +8,7 @@ talks to Kubernetes) and implements the same protocol.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -90,7 +90,7 @@ class NodeBackend(Protocol):
 
     # `driver`: the host's gpustack_driver fact after its upgrade (the GPUs the role read)
     def validate(
-        self, name: str, clock: Clock, opts: StepOptions, driver: dict[str, Any] | None = None
+        self, name: str, clock: Clock, opts: StepOptions, driver: Mapping[str, Any] | None = None
     ) -> str: ...
 
     def uncordon(self, name: str, clock: Clock, opts: StepOptions) -> str: ...
@@ -131,7 +131,7 @@ class HostOnlyBackend:
         return ""
 
     def validate(
-        self, name: str, clock: Clock, opts: StepOptions, driver: dict[str, Any] | None = None
+        self, name: str, clock: Clock, opts: StepOptions, driver: Mapping[str, Any] | None = None
     ) -> str:
         return "host checks only (no Kubernetes)"
 

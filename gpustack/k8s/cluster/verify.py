@@ -172,13 +172,22 @@ def pod_verdict(config: ClusterConfig, expected: list[str] | None, log: str) -> 
     """Pure: the `pod` check on what nvidia-smi printed in a verification pod that asked for
     one unit (render_verify_pod): exactly one GPU, one of `expected` (the host's UUIDs; None:
     unknown), and under HAMi the memory limit it asked for. Also the upgrade's validation."""
-    memory = csv_memory(log) if config.hami else {}
-    seen = list(memory) if config.hami else smi_uuids(log)
-    ok, message = compare_uuids(expected, seen)
-    if ok and config.hami:
-        ok, limit = hami_memory(config.hami_verify_memory, memory)
-        message = f"{message}; {limit}" if ok else limit
-    return ok, message
+    if config.hami:
+        return _limited_gpu(expected, csv_memory(log), hami_memory, config.hami_verify_memory)
+    return compare_uuids(expected, smi_uuids(log))
+
+
+def _limited_gpu(
+    expected: list[str] | None, memory: dict[str, int | None], judge, asked: int
+) -> tuple[bool, str]:
+    """Pure: a pod that asked for one GPU with `asked` MiB of its memory (`memory`: its
+    csv_memory) sees exactly one GPU, one of `expected`, and `judge` (hami_memory,
+    volcano_memory) finds that limit in effect; the message names both."""
+    ok, message = compare_uuids(expected, list(memory))
+    if not ok:
+        return False, message
+    ok, limit = judge(asked, memory)
+    return ok, f"{message}; {limit}" if ok else limit
 
 
 def dra_pod_verdict(
@@ -384,9 +393,7 @@ def share_verdict(
     must see exactly one of the host's GPUs (`seen`: each pod's csv_memory) with that many MiB as
     its total; the same GPU in both shows it shared."""
     for memory in seen:
-        ok, message = compare_uuids(expected, list(memory))
-        if ok:
-            ok, message = volcano_memory(asked, memory)
+        ok, message = _limited_gpu(expected, memory, volcano_memory, asked)
         if not ok:
             return False, message
     gpus = sorted({next(iter(memory)) for memory in seen})
